@@ -1,0 +1,245 @@
+//! A small file-system seam so tests can inject failures (after raft-engine's `src/env/mod.rs`).
+//!
+//! The log touches files only through [`FileSystem`] and [`WalFile`]. [`StdFs`] is the real thing;
+//! [`FaultyFs`] wraps it and fails the N-th `sync_data` or write, which is how the tests prove that
+//! an fsync failure poisons the log instead of being retried. Methods are sorted alphabetically.
+
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// One open file of the log: positioned reads and writes only, so no shared cursor exists.
+pub trait WalFile: Send + Sync {
+    /// Current length in bytes.
+    fn len(&self) -> io::Result<u64>;
+    /// Fills `buf` from `offset`; a short file is an `UnexpectedEof` error.
+    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()>;
+    /// Sets the length, zero-filling when it grows.
+    fn set_len(&self, len: u64) -> io::Result<()>;
+    /// Flushes data (and the metadata needed to read it back) to the device: `fdatasync`.
+    fn sync_data(&self) -> io::Result<()>;
+    /// Writes all of `buf` at `offset`.
+    fn write_all_at(&self, buf: &[u8], offset: u64) -> io::Result<()>;
+}
+
+/// The directory operations the log needs.
+pub trait FileSystem: Send + Sync {
+    /// Creates (or truncates) a file for reading and writing.
+    fn create(&self, path: &Path) -> io::Result<Box<dyn WalFile>>;
+    /// Creates the directory and its parents.
+    fn create_dir_all(&self, path: &Path) -> io::Result<()>;
+    /// Lists the entries of a directory (file names only, unsorted).
+    fn list(&self, dir: &Path) -> io::Result<Vec<PathBuf>>;
+    /// Opens an existing file for reading and writing.
+    fn open(&self, path: &Path) -> io::Result<Box<dyn WalFile>>;
+    /// Reads a whole file.
+    fn read(&self, path: &Path) -> io::Result<Vec<u8>>;
+    /// Removes a file.
+    fn remove(&self, path: &Path) -> io::Result<()>;
+    /// Renames a file, replacing any target.
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()>;
+    /// Makes the directory's entries (creations, renames, removals) durable.
+    fn sync_dir(&self, dir: &Path) -> io::Result<()>;
+}
+
+/// The real file system.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct StdFs;
+
+struct StdFile(File);
+
+impl WalFile for StdFile {
+    fn len(&self) -> io::Result<u64> {
+        Ok(self.0.metadata()?.len())
+    }
+
+    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        std::os::unix::fs::FileExt::read_exact_at(&self.0, buf, offset)
+    }
+
+    fn set_len(&self, len: u64) -> io::Result<()> {
+        self.0.set_len(len)
+    }
+
+    fn sync_data(&self) -> io::Result<()> {
+        self.0.sync_data()
+    }
+
+    fn write_all_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        std::os::unix::fs::FileExt::write_all_at(&self.0, buf, offset)
+    }
+}
+
+impl FileSystem for StdFs {
+    fn create(&self, path: &Path) -> io::Result<Box<dyn WalFile>> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(path)?;
+        Ok(Box::new(StdFile(file)))
+    }
+
+    fn create_dir_all(&self, path: &Path) -> io::Result<()> {
+        std::fs::create_dir_all(path)
+    }
+
+    fn list(&self, dir: &Path) -> io::Result<Vec<PathBuf>> {
+        let mut names = Vec::new();
+        for entry in std::fs::read_dir(dir)? {
+            names.push(PathBuf::from(entry?.file_name()));
+        }
+        Ok(names)
+    }
+
+    fn open(&self, path: &Path) -> io::Result<Box<dyn WalFile>> {
+        let file = OpenOptions::new().read(true).write(true).open(path)?;
+        Ok(Box::new(StdFile(file)))
+    }
+
+    fn read(&self, path: &Path) -> io::Result<Vec<u8>> {
+        std::fs::read(path)
+    }
+
+    fn remove(&self, path: &Path) -> io::Result<()> {
+        std::fs::remove_file(path)
+    }
+
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        std::fs::rename(from, to)
+    }
+
+    fn sync_dir(&self, dir: &Path) -> io::Result<()> {
+        File::open(dir)?.sync_all()
+    }
+}
+
+/// Wraps [`StdFs`] and fails chosen operations, for tests of error handling.
+///
+/// `fail_sync_after(n)` lets `n` data syncs succeed, then fails every later one;
+/// `fail_write_after(n)` does the same for writes. Counters are shared by every file it opens.
+#[derive(Clone, Default)]
+pub struct FaultyFs {
+    faults: Arc<Faults>,
+}
+
+#[derive(Default)]
+struct Faults {
+    syncs_left: AtomicU64,
+    writes_left: AtomicU64,
+    syncs_seen: AtomicU64,
+}
+
+impl FaultyFs {
+    /// A file system that fails nothing until told to.
+    pub fn new() -> Self {
+        let faults = Faults {
+            syncs_left: AtomicU64::new(u64::MAX),
+            writes_left: AtomicU64::new(u64::MAX),
+            syncs_seen: AtomicU64::new(0),
+        };
+        FaultyFs {
+            faults: Arc::new(faults),
+        }
+    }
+
+    /// Lets `n` more data syncs succeed, then fails every later one.
+    pub fn fail_sync_after(&self, n: u64) {
+        self.faults.syncs_left.store(n, Ordering::SeqCst);
+    }
+
+    /// Lets `n` more writes succeed, then fails every later one.
+    pub fn fail_write_after(&self, n: u64) {
+        self.faults.writes_left.store(n, Ordering::SeqCst);
+    }
+
+    /// How many data syncs were attempted (failed ones included).
+    pub fn syncs_seen(&self) -> u64 {
+        self.faults.syncs_seen.load(Ordering::SeqCst)
+    }
+}
+
+fn take(counter: &AtomicU64) -> bool {
+    counter
+        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+        .is_ok()
+}
+
+struct FaultyFile {
+    file: Box<dyn WalFile>,
+    faults: Arc<Faults>,
+}
+
+impl WalFile for FaultyFile {
+    fn len(&self) -> io::Result<u64> {
+        self.file.len()
+    }
+
+    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        self.file.read_exact_at(buf, offset)
+    }
+
+    fn set_len(&self, len: u64) -> io::Result<()> {
+        self.file.set_len(len)
+    }
+
+    fn sync_data(&self) -> io::Result<()> {
+        self.faults.syncs_seen.fetch_add(1, Ordering::SeqCst);
+        if !take(&self.faults.syncs_left) {
+            return Err(io::Error::other("injected fdatasync failure"));
+        }
+        self.file.sync_data()
+    }
+
+    fn write_all_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        if !take(&self.faults.writes_left) {
+            return Err(io::Error::other("injected write failure"));
+        }
+        self.file.write_all_at(buf, offset)
+    }
+}
+
+impl FileSystem for FaultyFs {
+    fn create(&self, path: &Path) -> io::Result<Box<dyn WalFile>> {
+        let file = StdFs.create(path)?;
+        Ok(Box::new(FaultyFile {
+            file,
+            faults: self.faults.clone(),
+        }))
+    }
+
+    fn create_dir_all(&self, path: &Path) -> io::Result<()> {
+        StdFs.create_dir_all(path)
+    }
+
+    fn list(&self, dir: &Path) -> io::Result<Vec<PathBuf>> {
+        StdFs.list(dir)
+    }
+
+    fn open(&self, path: &Path) -> io::Result<Box<dyn WalFile>> {
+        let file = StdFs.open(path)?;
+        Ok(Box::new(FaultyFile {
+            file,
+            faults: self.faults.clone(),
+        }))
+    }
+
+    fn read(&self, path: &Path) -> io::Result<Vec<u8>> {
+        StdFs.read(path)
+    }
+
+    fn remove(&self, path: &Path) -> io::Result<()> {
+        StdFs.remove(path)
+    }
+
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        StdFs.rename(from, to)
+    }
+
+    fn sync_dir(&self, dir: &Path) -> io::Result<()> {
+        StdFs.sync_dir(dir)
+    }
+}

@@ -1,0 +1,641 @@
+//! The public handle: open (with recovery), append, wait for durability, checkpoint, close.
+//!
+//! # Invariants
+//! - LSNs are contiguous: every append gets `previous + 1`, assigned under one lock together with
+//!   the channel send, so the writer sees records in LSN order.
+//! - `durable_lsn ≤ last_lsn`, and every record at or below `durable_lsn` has been written and
+//!   (with [`FsyncPolicy::Always`]) fdatasync'ed.
+//! - An [`Append`] resolves `Ok` only once its LSN is at or below `durable_lsn`; after poisoning
+//!   every unresolved append resolves `Err`.
+
+use std::collections::BinaryHeap;
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::task::{Context, Poll, Waker};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use crossbeam_channel::Sender;
+
+use crate::error::{Error, Result};
+use crate::fs::{FileSystem, StdFs};
+use crate::record::{RecordRef, RECORD_HEADER_BYTES, SEGMENT_HEADER_BYTES};
+use crate::recovery::{self, DirScan, Mode};
+use crate::snapshot::{self, Snapshot};
+use crate::writer::{create_segment, ActiveSegment, Pending, Writer};
+
+/// When the writer calls `fdatasync`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum FsyncPolicy {
+    /// After every write, before acknowledging it. The only durable choice.
+    #[default]
+    Always,
+    /// Never: acknowledgements mean "written to the page cache". For benchmarks only.
+    Never,
+}
+
+/// Settings of a log.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Size of each preallocated segment file.
+    pub segment_bytes: u64,
+    /// Largest payload accepted by [`Wal::append`].
+    pub record_bytes_max: u32,
+    /// Most bytes the writer puts into one write + fdatasync.
+    pub batch_bytes_max: usize,
+    /// Records that may wait for the writer before appenders block (back-pressure).
+    pub queue_records_max: usize,
+    pub fsync: FsyncPolicy,
+    /// Snapshots kept by [`Wal::checkpoint`]; segments wholly below the oldest kept are deleted.
+    pub snapshots_kept: usize,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            segment_bytes: 64 << 20,
+            record_bytes_max: 4 << 20,
+            batch_bytes_max: 1 << 20,
+            queue_records_max: 64 * 1024,
+            fsync: FsyncPolicy::Always,
+            snapshots_kept: 2,
+        }
+    }
+}
+
+impl Options {
+    fn validate(&self) -> Result<()> {
+        let room = self
+            .segment_bytes
+            .saturating_sub((SEGMENT_HEADER_BYTES + RECORD_HEADER_BYTES) as u64);
+        if u64::from(self.record_bytes_max) > room {
+            return Err(Error::InvalidOptions(format!(
+                "record_bytes_max {} does not fit a segment of {} bytes",
+                self.record_bytes_max, self.segment_bytes
+            )));
+        }
+        if self.queue_records_max == 0 || self.batch_bytes_max == 0 || self.snapshots_kept == 0 {
+            return Err(Error::InvalidOptions(
+                "queue_records_max, batch_bytes_max and snapshots_kept must be positive".into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// What recovery found when the log was opened.
+#[derive(Debug, Clone)]
+pub struct Recovered {
+    /// First LSN still in the log.
+    pub first_lsn: u64,
+    /// Last LSN in the log (0 when empty): the next append gets `last_lsn + 1`.
+    pub last_lsn: u64,
+    /// Records passed to the replay visitor.
+    pub records_replayed: u64,
+    /// Segment files found.
+    pub segments: usize,
+    /// A torn tail that was cut off: segment, offset, reason.
+    pub torn_tail: Option<(PathBuf, u64, String)>,
+}
+
+/// Counters the writer keeps, for metrics.
+#[derive(Debug, Default)]
+pub struct Stats {
+    syncs: AtomicU64,
+    sync_nanos: AtomicU64,
+    bytes: AtomicU64,
+}
+
+/// A copy of [`Stats`] at one moment.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StatsSnapshot {
+    /// Write + sync rounds completed.
+    pub syncs: u64,
+    /// Total time spent in fdatasync, in nanoseconds.
+    pub sync_nanos: u64,
+    /// Bytes written.
+    pub bytes: u64,
+}
+
+impl Stats {
+    pub(crate) fn record_sync(&self, took: Duration, bytes: usize) {
+        self.syncs.fetch_add(1, Ordering::Relaxed);
+        self.sync_nanos.fetch_add(
+            u64::try_from(took.as_nanos()).unwrap_or(u64::MAX),
+            Ordering::Relaxed,
+        );
+        self.bytes.fetch_add(bytes as u64, Ordering::Relaxed);
+    }
+
+    fn snapshot(&self) -> StatsSnapshot {
+        StatsSnapshot {
+            syncs: self.syncs.load(Ordering::Relaxed),
+            sync_nanos: self.sync_nanos.load(Ordering::Relaxed),
+            bytes: self.bytes.load(Ordering::Relaxed),
+        }
+    }
+}
+
+struct Waiter {
+    lsn: u64,
+    waker: Waker,
+}
+
+impl PartialEq for Waiter {
+    fn eq(&self, other: &Self) -> bool {
+        self.lsn == other.lsn
+    }
+}
+impl Eq for Waiter {}
+impl PartialOrd for Waiter {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Waiter {
+    // Reversed: BinaryHeap is a max-heap and we want the lowest LSN on top.
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        other.lsn.cmp(&self.lsn)
+    }
+}
+
+#[derive(Default)]
+struct Waiters {
+    wakers: BinaryHeap<Waiter>,
+    blocked_threads: usize,
+}
+
+/// State shared by the handle, the writer thread and outstanding appends.
+pub(crate) struct Shared {
+    durable_lsn: AtomicU64,
+    last_lsn: AtomicU64,
+    poisoned: AtomicBool,
+    closed: AtomicBool,
+    poison_reason: Mutex<Option<String>>,
+    waiters: Mutex<Waiters>,
+    wake_threads: Condvar,
+    segments: Mutex<Vec<(u64, PathBuf)>>,
+    pub(crate) stats: Stats,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic while holding one of these locks cannot leave the data half-updated (each critical
+    // section is a push, pop or store), so a poisoned mutex is still safe to use.
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl Shared {
+    pub(crate) fn publish_durable(&self, lsn: u64) {
+        self.durable_lsn.fetch_max(lsn, Ordering::Release);
+        self.wake(lsn);
+    }
+
+    pub(crate) fn poison(&self, reason: String) {
+        *lock(&self.poison_reason) = Some(reason);
+        self.poisoned.store(true, Ordering::Release);
+        self.wake(u64::MAX);
+    }
+
+    fn mark_closed(&self) {
+        self.closed.store(true, Ordering::Release);
+        self.wake(u64::MAX);
+    }
+
+    fn wake(&self, up_to: u64) {
+        let mut ready = Vec::new();
+        let blocked = {
+            let mut waiters = lock(&self.waiters);
+            while waiters.wakers.peek().is_some_and(|w| w.lsn <= up_to) {
+                if let Some(waiter) = waiters.wakers.pop() {
+                    ready.push(waiter.waker);
+                }
+            }
+            waiters.blocked_threads
+        };
+        for waker in ready {
+            waker.wake();
+        }
+        if blocked > 0 {
+            self.wake_threads.notify_all();
+        }
+    }
+
+    pub(crate) fn add_segment(&self, first_lsn: u64, path: PathBuf) {
+        lock(&self.segments).push((first_lsn, path));
+    }
+
+    fn poison_error(&self) -> Error {
+        let reason = lock(&self.poison_reason).clone().unwrap_or_default();
+        Error::Poisoned { reason }
+    }
+
+    /// The outcome for `lsn` if it is decided.
+    fn outcome(&self, lsn: u64) -> Option<Result<u64>> {
+        if self.durable_lsn.load(Ordering::Acquire) >= lsn {
+            return Some(Ok(lsn));
+        }
+        if self.poisoned.load(Ordering::Acquire) {
+            return Some(Err(self.poison_error()));
+        }
+        if self.closed.load(Ordering::Acquire) {
+            return Some(Err(Error::Closed));
+        }
+        None
+    }
+}
+
+/// A record handed to the log: resolves once it is durable.
+///
+/// Await it from async code, or call [`Append::wait`] from a thread. Dropping it does not cancel
+/// the record: it is already in the log's order and will be written.
+#[must_use = "an append is durable only once its ticket resolves"]
+pub struct Append {
+    lsn: u64,
+    shared: Arc<Shared>,
+}
+
+impl Append {
+    /// The LSN the record was given.
+    pub fn lsn(&self) -> u64 {
+        self.lsn
+    }
+
+    /// Blocks the calling thread until the record is durable (or the log fails).
+    pub fn wait(self) -> Result<u64> {
+        let mut waiters = lock(&self.shared.waiters);
+        loop {
+            if let Some(outcome) = self.shared.outcome(self.lsn) {
+                return outcome;
+            }
+            waiters.blocked_threads += 1;
+            waiters = self
+                .shared
+                .wake_threads
+                .wait(waiters)
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            waiters.blocked_threads -= 1;
+        }
+    }
+}
+
+impl Future for Append {
+    type Output = Result<u64>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        if let Some(outcome) = self.shared.outcome(self.lsn) {
+            return Poll::Ready(outcome);
+        }
+        let mut waiters = lock(&self.shared.waiters);
+        // Check again under the lock: the writer publishes, then takes this lock to wake.
+        if let Some(outcome) = self.shared.outcome(self.lsn) {
+            return Poll::Ready(outcome);
+        }
+        waiters.wakers.push(Waiter {
+            lsn: self.lsn,
+            waker: cx.waker().clone(),
+        });
+        Poll::Pending
+    }
+}
+
+struct Submit {
+    next_lsn: u64,
+    tx: Option<Sender<Pending>>,
+}
+
+struct Inner {
+    dir: PathBuf,
+    fs: Arc<dyn FileSystem>,
+    options: Options,
+    shared: Arc<Shared>,
+    submit: Mutex<Submit>,
+    writer: Mutex<Option<JoinHandle<()>>>,
+    /// Held for the life of the log: a second opener of the directory fails with `Locked`.
+    _lock_file: std::fs::File,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+impl Inner {
+    fn shutdown(&self) {
+        lock(&self.submit).tx = None;
+        if let Some(handle) = lock(&self.writer).take() {
+            if handle.join().is_err() {
+                tracing::error!("the write-ahead log writer thread panicked");
+            }
+        }
+        self.shared.mark_closed();
+    }
+}
+
+/// A segmented, checksummed, group-committed write-ahead log. Cheap to clone; all clones share
+/// one writer. See the crate docs for the format and the guarantees.
+#[derive(Clone)]
+pub struct Wal {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Wal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Wal")
+            .field("dir", &self.inner.dir)
+            .field("last_lsn", &self.last_lsn())
+            .field("durable_lsn", &self.durable_lsn())
+            .finish()
+    }
+}
+
+impl Wal {
+    /// Opens (creating if needed) the log in `dir` on the real file system, recovering it.
+    pub fn open(dir: impl AsRef<Path>, options: Options) -> Result<(Wal, Recovered)> {
+        Self::open_with(Arc::new(StdFs), dir, options, u64::MAX, &mut |_| Ok(()))
+    }
+
+    /// Opens the log, recovers it, and passes every record with LSN ≥ `replay_from_lsn` to
+    /// `visit`, in order, before any append can happen. One pass over the disk does both.
+    ///
+    /// Fails with [`Error::Unavailable`] when `replay_from_lsn` is older than the log's first
+    /// record (a snapshot older than the retained log).
+    pub fn open_with(
+        fs: Arc<dyn FileSystem>,
+        dir: impl AsRef<Path>,
+        options: Options,
+        replay_from_lsn: u64,
+        visit: &mut dyn FnMut(RecordRef<'_>) -> Result<()>,
+    ) -> Result<(Wal, Recovered)> {
+        options.validate()?;
+        let dir = dir.as_ref().to_path_buf();
+        fs.create_dir_all(&dir)
+            .map_err(|e| Error::io(format!("create log directory {}", dir.display()), e))?;
+        let lock_file = lock_dir(&dir)?;
+        if options.fsync == FsyncPolicy::Never {
+            tracing::warn!(dir = %dir.display(), "fsync is OFF: acknowledged records can be lost on power failure; use only for benchmarks");
+        }
+
+        let mut replayed = 0u64;
+        let mut count = |record: RecordRef<'_>| {
+            replayed += 1;
+            visit(record)
+        };
+        let scan: DirScan = recovery::scan_dir(
+            fs.as_ref(),
+            &dir,
+            options.record_bytes_max,
+            Mode::Repair,
+            replay_from_lsn,
+            &mut count,
+        )?;
+        if replay_from_lsn != u64::MAX
+            && replay_from_lsn < scan.first_lsn
+            && !scan.segments.is_empty()
+        {
+            return Err(Error::Unavailable {
+                requested: replay_from_lsn,
+                first_available: scan.first_lsn,
+            });
+        }
+
+        let segment = match scan.segments.last() {
+            Some(last) => {
+                let file = fs
+                    .open(&last.path)
+                    .map_err(|e| Error::io(format!("open segment {}", last.path.display()), e))?;
+                let len = file
+                    .len()
+                    .map_err(|e| Error::io(format!("stat segment {}", last.path.display()), e))?;
+                if len < options.segment_bytes {
+                    file.set_len(options.segment_bytes).map_err(|e| {
+                        Error::io(format!("extend segment {}", last.path.display()), e)
+                    })?;
+                }
+                ActiveSegment {
+                    file,
+                    path: last.path.clone(),
+                    first_lsn: last.first_lsn,
+                    offset: last.end_offset,
+                }
+            }
+            None => create_segment(fs.as_ref(), &dir, scan.next_lsn, &options)?,
+        };
+
+        let mut segments: Vec<(u64, PathBuf)> = scan
+            .segments
+            .iter()
+            .map(|s| (s.first_lsn, s.path.clone()))
+            .collect();
+        if segments.is_empty() {
+            segments.push((segment.first_lsn, segment.path.clone()));
+        }
+        let last_lsn = scan.next_lsn - 1;
+        let shared = Arc::new(Shared {
+            durable_lsn: AtomicU64::new(last_lsn),
+            last_lsn: AtomicU64::new(last_lsn),
+            poisoned: AtomicBool::new(false),
+            closed: AtomicBool::new(false),
+            poison_reason: Mutex::new(None),
+            waiters: Mutex::new(Waiters::default()),
+            wake_threads: Condvar::new(),
+            segments: Mutex::new(segments),
+            stats: Stats::default(),
+        });
+        let (tx, rx) = crossbeam_channel::bounded(options.queue_records_max);
+        let writer = Writer {
+            fs: fs.clone(),
+            dir: dir.clone(),
+            options: options.clone(),
+            shared: shared.clone(),
+            segment,
+            rx,
+        };
+        let handle = std::thread::Builder::new()
+            .name("wal-writer".into())
+            .spawn(move || writer.run())
+            .map_err(|e| Error::io("spawn the log writer thread", e))?;
+
+        let recovered = Recovered {
+            first_lsn: scan.first_lsn,
+            last_lsn,
+            records_replayed: replayed,
+            segments: scan.segments.len(),
+            torn_tail: scan.torn,
+        };
+        let inner = Inner {
+            dir,
+            fs,
+            options,
+            shared,
+            submit: Mutex::new(Submit {
+                next_lsn: scan.next_lsn,
+                tx: Some(tx),
+            }),
+            writer: Mutex::new(Some(handle)),
+            _lock_file: lock_file,
+        };
+        Ok((
+            Wal {
+                inner: Arc::new(inner),
+            },
+            recovered,
+        ))
+    }
+
+    /// Appends one record and returns its ticket. The LSN is fixed now; durability comes when the
+    /// ticket resolves. Blocks the calling thread while the writer's queue is full.
+    pub fn append(&self, payload: Vec<u8>) -> Result<Append> {
+        let max = self.inner.options.record_bytes_max;
+        if payload.len() > max as usize {
+            return Err(Error::RecordTooLarge {
+                len: payload.len(),
+                max,
+            });
+        }
+        let shared = &self.inner.shared;
+        if shared.poisoned.load(Ordering::Acquire) {
+            return Err(shared.poison_error());
+        }
+        let mut submit = lock(&self.inner.submit);
+        let lsn = submit.next_lsn;
+        let Some(tx) = submit.tx.as_ref() else {
+            return Err(Error::Closed);
+        };
+        if tx.send(Pending { lsn, payload }).is_err() {
+            // The writer stopped: it was poisoned (it says why) or the log was closed.
+            return Err(shared
+                .outcome(u64::MAX)
+                .and_then(Result::err)
+                .unwrap_or(Error::Closed));
+        }
+        submit.next_lsn += 1;
+        shared.last_lsn.store(lsn, Ordering::Release);
+        drop(submit);
+        Ok(Append {
+            lsn,
+            shared: shared.clone(),
+        })
+    }
+
+    /// LSN of the newest record appended (durable or not); 0 for an empty log.
+    pub fn last_lsn(&self) -> u64 {
+        self.inner.shared.last_lsn.load(Ordering::Acquire)
+    }
+
+    /// Every record at or below this LSN is durable.
+    pub fn durable_lsn(&self) -> u64 {
+        self.inner.shared.durable_lsn.load(Ordering::Acquire)
+    }
+
+    /// A ticket that resolves once everything appended so far is durable.
+    pub fn sync(&self) -> Append {
+        Append {
+            lsn: self.last_lsn(),
+            shared: self.inner.shared.clone(),
+        }
+    }
+
+    /// True once a write or fsync failed.
+    pub fn is_poisoned(&self) -> bool {
+        self.inner.shared.poisoned.load(Ordering::Acquire)
+    }
+
+    /// Writer counters, for metrics.
+    pub fn stats(&self) -> StatsSnapshot {
+        self.inner.shared.stats.snapshot()
+    }
+
+    /// The directory of this log.
+    pub fn dir(&self) -> &Path {
+        &self.inner.dir
+    }
+
+    /// Writes a snapshot of state covering every record up to `lsn` (which must already be
+    /// durable: a snapshot never holds state the log could lose), keeps the newest
+    /// `snapshots_kept`, and deletes segments whose records all precede the oldest kept snapshot.
+    pub fn checkpoint(&self, lsn: u64, payload: &[u8]) -> Result<PathBuf> {
+        if lsn > self.durable_lsn() {
+            return Err(Error::InvalidOptions(format!(
+                "snapshot LSN {lsn} is beyond the durable LSN {}",
+                self.durable_lsn()
+            )));
+        }
+        let fs = self.inner.fs.as_ref();
+        let path = snapshot::write(fs, &self.inner.dir, lsn, payload)?;
+        if let Some(oldest_kept) =
+            snapshot::prune(fs, &self.inner.dir, self.inner.options.snapshots_kept)?
+        {
+            self.remove_segments_through(oldest_kept)?;
+        }
+        Ok(path)
+    }
+
+    /// Loads the newest valid snapshot in the log's directory (see [`snapshot::load_newest`]).
+    pub fn load_snapshot(&self) -> Result<Option<Snapshot>> {
+        snapshot::load_newest(self.inner.fs.as_ref(), &self.inner.dir)
+    }
+
+    /// Deletes every segment, except the active one, whose records all have LSN ≤ `lsn`.
+    fn remove_segments_through(&self, lsn: u64) -> Result<()> {
+        let mut segments = lock(&self.inner.shared.segments);
+        let mut removable = 0;
+        for pair in segments.windows(2) {
+            // A segment's records end just before the next segment's first LSN.
+            match pair {
+                [_, next] if next.0 <= lsn + 1 => removable += 1,
+                _ => break,
+            }
+        }
+        if removable == 0 {
+            return Ok(());
+        }
+        for (first_lsn, path) in segments.drain(..removable) {
+            tracing::info!(segment = %path.display(), first_lsn, "removing a segment covered by snapshots");
+            self.inner
+                .fs
+                .remove(&path)
+                .map_err(|e| Error::io(format!("remove segment {}", path.display()), e))?;
+        }
+        self.inner.fs.sync_dir(&self.inner.dir).map_err(|e| {
+            Error::io(
+                format!("sync log directory {}", self.inner.dir.display()),
+                e,
+            )
+        })
+    }
+
+    /// Makes everything appended durable, stops the writer and releases the directory.
+    /// Other clones of this handle stop working (their appends fail with `Closed`).
+    pub fn close(self) -> Result<()> {
+        let synced = self.sync().wait();
+        self.inner.shutdown();
+        synced.map(|_| ())
+    }
+}
+
+/// Takes the directory's lock file (`LOCK`), exclusively, without blocking.
+fn lock_dir(dir: &Path) -> Result<std::fs::File> {
+    let path = dir.join("LOCK");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(|e| Error::io(format!("open lock file {}", path.display()), e))?;
+    match file.try_lock() {
+        Ok(()) => Ok(file),
+        Err(std::fs::TryLockError::WouldBlock) => Err(Error::Locked {
+            dir: dir.to_path_buf(),
+            lock: path,
+        }),
+        Err(std::fs::TryLockError::Error(e)) => {
+            Err(Error::io(format!("lock {}", path.display()), e))
+        }
+    }
+}
