@@ -14,6 +14,10 @@ use std::sync::Arc;
 pub trait WalFile: Send + Sync {
     /// Current length in bytes.
     fn len(&self) -> io::Result<u64>;
+    /// True when the file has no bytes.
+    fn is_empty(&self) -> io::Result<bool> {
+        Ok(self.len()? == 0)
+    }
     /// Fills `buf` from `offset`; a short file is an `UnexpectedEof` error.
     fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()>;
     /// Sets the length, zero-filling when it grows.

@@ -42,7 +42,7 @@ pub const SEGMENT_HEADER_BYTES: usize = 32;
 /// Bytes in a record header.
 pub const RECORD_HEADER_BYTES: usize = 24;
 
-const _: () = assert!(SEGMENT_HEADER_BYTES % 8 == 0);
+const _: () = assert!(SEGMENT_HEADER_BYTES.is_multiple_of(8));
 const _: () = assert!(RECORD_HEADER_BYTES == 4 + 4 + 8 + 4 + 4);
 
 /// Encodes a segment header.

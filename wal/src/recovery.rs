@@ -76,11 +76,14 @@ pub struct DirScan {
     pub stale_temp_files: Vec<PathBuf>,
 }
 
+/// Segment files as (first LSN from the name, path), in LSN order.
+pub(crate) type SegmentList = Vec<(u64, PathBuf)>;
+
 /// Lists segment paths in LSN order, with the temp files found beside them.
 pub(crate) fn list_segments(
     fs: &dyn FileSystem,
     dir: &Path,
-) -> Result<(Vec<(u64, PathBuf)>, Vec<PathBuf>)> {
+) -> Result<(SegmentList, Vec<PathBuf>)> {
     let names = fs
         .list(dir)
         .map_err(|e| Error::io(format!("list log directory {}", dir.display()), e))?;
@@ -98,18 +101,34 @@ pub(crate) fn list_segments(
     Ok((segments, temps))
 }
 
-/// Scans one segment's bytes. `expected_first_lsn` is where the previous segment ended.
-/// Calls `visit` for every valid record with LSN ≥ `visit_from_lsn`, in order.
+/// Where a segment sits in the log and what the scan of it should do.
+pub(crate) struct SegmentSpec<'a> {
+    pub path: &'a Path,
+    /// First LSN according to the file name.
+    pub name_lsn: u64,
+    /// Where the previous segment ended (`None` for the first segment).
+    pub expected_first_lsn: Option<u64>,
+    pub payload_bytes_max: u32,
+    /// Only the last segment may have a torn tail.
+    pub is_last: bool,
+    /// Records below this LSN are checked but not visited.
+    pub visit_from_lsn: u64,
+}
+
+/// Scans one segment's bytes, calling `visit` for every valid record from `visit_from_lsn`.
 pub(crate) fn scan_segment(
-    path: &Path,
+    spec: &SegmentSpec<'_>,
     bytes: &[u8],
-    name_lsn: u64,
-    expected_first_lsn: Option<u64>,
-    payload_bytes_max: u32,
-    is_last: bool,
-    visit_from_lsn: u64,
     visit: &mut dyn FnMut(RecordRef<'_>) -> Result<()>,
 ) -> Result<SegmentScan> {
+    let SegmentSpec {
+        path,
+        name_lsn,
+        expected_first_lsn,
+        payload_bytes_max,
+        is_last,
+        visit_from_lsn,
+    } = *spec;
     let first_lsn =
         decode_segment_header(bytes).map_err(|reason| Error::corruption(path, 0, reason))?;
     if first_lsn != name_lsn {
@@ -237,17 +256,15 @@ pub fn scan_dir(
             .read(path)
             .map_err(|e| Error::io(format!("read segment {}", path.display()), e))?;
         let expected = scans.last().map(|s| s.next_lsn);
-        let is_last = index + 1 == count;
-        let scan = scan_segment(
+        let spec = SegmentSpec {
             path,
-            &bytes,
-            *name_lsn,
-            expected,
+            name_lsn: *name_lsn,
+            expected_first_lsn: expected,
             payload_bytes_max,
-            is_last,
+            is_last: index + 1 == count,
             visit_from_lsn,
-            visit,
-        )?;
+        };
+        let scan = scan_segment(&spec, &bytes, visit)?;
         if let Tail::Torn { offset, reason } = &scan.tail {
             tracing::warn!(
                 segment = %path.display(),

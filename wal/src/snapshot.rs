@@ -151,7 +151,7 @@ pub fn list(fs: &dyn FileSystem, dir: &Path) -> Result<Vec<(u64, PathBuf)>> {
         .iter()
         .filter_map(|name| Some((parse_file_name(name.to_str()?)?, dir.join(name))))
         .collect();
-    found.sort_by(|a, b| b.0.cmp(&a.0));
+    found.sort_by_key(|(lsn, _)| std::cmp::Reverse(*lsn));
     Ok(found)
 }
 
@@ -214,5 +214,8 @@ pub fn prune(fs: &dyn FileSystem, dir: &Path, keep: usize) -> Result<Option<u64>
     }
     fs.sync_dir(dir)
         .map_err(|e| Error::io(format!("sync snapshot directory {}", dir.display()), e))?;
-    Ok(snapshots.iter().take(keep).last().map(|(lsn, _)| *lsn))
+    Ok(snapshots
+        .get(..keep.min(snapshots.len()))
+        .and_then(<[_]>::last)
+        .map(|(lsn, _)| *lsn))
 }

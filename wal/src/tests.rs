@@ -1,1 +1,756 @@
+//! Tests of the log. Each names the behaviour it checks and would fail if it broke.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use proptest::prelude::*;
+
+use crate::fs::{FaultyFs, FileSystem, StdFs};
+use crate::record::{self, Parsed, RECORD_HEADER_BYTES, SEGMENT_HEADER_BYTES};
+use crate::{snapshot, Error, FsyncPolicy, Options, Wal};
+
+fn small_options() -> Options {
+    Options {
+        segment_bytes: 64 * 1024,
+        record_bytes_max: 16 * 1024,
+        ..Options::default()
+    }
+}
+
+fn payload(lsn: u64, len: usize) -> Vec<u8> {
+    let mut state = lsn.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state as u8
+        })
+        .collect()
+}
+
+fn read_all(dir: &Path, options: &Options) -> Vec<(u64, Vec<u8>)> {
+    let mut out = Vec::new();
+    crate::reader::read_from(dir, options.record_bytes_max, 1, &mut |r| {
+        out.push((r.lsn, r.payload.to_vec()));
+        Ok(())
+    })
+    .unwrap();
+    out
+}
+
+fn segments(dir: &Path) -> Vec<PathBuf> {
+    let mut found: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "wal"))
+        .collect();
+    found.sort();
+    found
+}
+
+/// Appends `count` records (lengths from `len_of`) and waits for all of them.
+fn fill(wal: &Wal, first_lsn: u64, count: u64, len_of: impl Fn(u64) -> usize) {
+    let tickets: Vec<_> = (first_lsn..first_lsn + count)
+        .map(|lsn| wal.append(payload(lsn, len_of(lsn))).unwrap())
+        .collect();
+    for (ticket, lsn) in tickets.into_iter().zip(first_lsn..) {
+        assert_eq!(ticket.wait().unwrap(), lsn);
+    }
+}
+
+#[test]
+fn appended_records_read_back_in_order_across_rotations_and_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = small_options();
+    let (wal, recovered) = Wal::open(dir.path(), options.clone()).unwrap();
+    assert_eq!((recovered.first_lsn, recovered.last_lsn), (1, 0));
+    fill(&wal, 1, 200, |lsn| (lsn as usize * 37) % 3000);
+    assert_eq!(wal.durable_lsn(), 200);
+    wal.close().unwrap();
+    assert!(
+        segments(dir.path()).len() > 3,
+        "records should span several segments"
+    );
+
+    let (wal, recovered) = Wal::open(dir.path(), options.clone()).unwrap();
+    assert_eq!((recovered.first_lsn, recovered.last_lsn), (1, 200));
+    assert!(recovered.torn_tail.is_none());
+    fill(&wal, 201, 10, |_| 10);
+    wal.close().unwrap();
+
+    let records = read_all(dir.path(), &options);
+    assert_eq!(records.len(), 210);
+    for (i, (lsn, bytes)) in records.iter().enumerate() {
+        assert_eq!(*lsn, i as u64 + 1, "LSNs are contiguous");
+        let len = if *lsn <= 200 {
+            (*lsn as usize * 37) % 3000
+        } else {
+            10
+        };
+        assert_eq!(bytes, &payload(*lsn, len));
+    }
+}
+
+#[test]
+fn segment_names_sort_in_lsn_order() {
+    assert_eq!(record::segment_file_name(7), "00000000000000000007.wal");
+    assert!(record::segment_file_name(9) < record::segment_file_name(10));
+    assert_eq!(
+        record::parse_segment_file_name("00000000000000000010.wal"),
+        Some(10)
+    );
+    assert_eq!(record::parse_segment_file_name("10.wal"), None);
+}
+
+#[test]
+fn replay_visits_only_records_from_the_requested_lsn() {
+    let dir = tempfile::tempdir().unwrap();
+    let (wal, _) = Wal::open(dir.path(), small_options()).unwrap();
+    fill(&wal, 1, 50, |_| 100);
+    wal.close().unwrap();
+    let mut seen = Vec::new();
+    let (_wal, recovered) =
+        Wal::open_with(Arc::new(StdFs), dir.path(), small_options(), 41, &mut |r| {
+            seen.push(r.lsn);
+            Ok(())
+        })
+        .unwrap();
+    assert_eq!(seen, (41..=50).collect::<Vec<_>>());
+    assert_eq!(recovered.records_replayed, 10);
+}
+
+#[test]
+fn oversized_record_is_refused_with_a_typed_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let (wal, _) = Wal::open(dir.path(), small_options()).unwrap();
+    let err = wal.append(vec![0; 16 * 1024 + 1]).err().unwrap();
+    assert!(
+        matches!(
+            err,
+            Error::RecordTooLarge {
+                len: 16385,
+                max: 16384
+            }
+        ),
+        "{err}"
+    );
+    // Nothing was consumed: the next record still gets LSN 1.
+    assert_eq!(wal.append(vec![1]).unwrap().wait().unwrap(), 1);
+}
+
+#[test]
+fn a_second_open_of_the_same_directory_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let (wal, _) = Wal::open(dir.path(), small_options()).unwrap();
+    let err = Wal::open(dir.path(), small_options()).err().unwrap();
+    assert!(matches!(err, Error::Locked { .. }), "{err}");
+    wal.close().unwrap();
+    Wal::open(dir.path(), small_options()).unwrap();
+}
+
+/// Writes records 1..=count to a fresh log and returns the last segment and its byte offsets.
+fn log_with_records(dir: &Path, count: u64, len: usize) -> (PathBuf, Vec<u64>) {
+    let (wal, _) = Wal::open(dir, small_options()).unwrap();
+    // One append at a time, so each record is its own write (batch_pos 0).
+    for lsn in 1..=count {
+        wal.append(payload(lsn, len)).unwrap().wait().unwrap();
+    }
+    wal.close().unwrap();
+    let last = segments(dir).pop().unwrap();
+    let bytes = std::fs::read(&last).unwrap();
+    let mut offsets = vec![];
+    let mut at = SEGMENT_HEADER_BYTES;
+    while let Parsed::Record(r) = record::parse_record(&bytes, at, 1 << 20) {
+        offsets.push(at as u64);
+        at += r.bytes();
+    }
+    offsets.push(at as u64);
+    (last, offsets)
+}
+
+#[test]
+fn tail_cut_at_every_byte_of_the_last_record_reopens_cleanly() {
+    let template = tempfile::tempdir().unwrap();
+    let (last, offsets) = log_with_records(template.path(), 5, 40);
+    let (start, end) = (offsets[offsets.len() - 2], offsets[offsets.len() - 1]);
+    let name = last.file_name().unwrap().to_owned();
+    for cut in start..end {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::copy(&last, dir.path().join(&name)).unwrap();
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(dir.path().join(&name))
+            .unwrap()
+            .set_len(cut)
+            .unwrap();
+        let (wal, recovered) = Wal::open(dir.path(), small_options()).unwrap();
+        assert_eq!(
+            recovered.last_lsn, 4,
+            "cut at {cut}: the partial record is dropped"
+        );
+        assert_eq!(recovered.torn_tail.is_some(), cut > start, "cut at {cut}");
+        assert_eq!(
+            wal.append(b"next".to_vec()).unwrap().wait().unwrap(),
+            5,
+            "LSNs continue"
+        );
+        wal.close().unwrap();
+        // Recovery is idempotent: a second open finds the same log and nothing torn.
+        let (_, again) = Wal::open(dir.path(), small_options()).unwrap();
+        assert_eq!(again.last_lsn, 5);
+        assert!(again.torn_tail.is_none());
+    }
+}
+
+#[test]
+fn garbage_after_the_tail_is_cut() {
+    let dir = tempfile::tempdir().unwrap();
+    let (last, offsets) = log_with_records(dir.path(), 5, 40);
+    let end = *offsets.last().unwrap();
+    let file = std::fs::OpenOptions::new().write(true).open(&last).unwrap();
+    std::os::unix::fs::FileExt::write_all_at(&file, &payload(99, 300), end).unwrap();
+    drop(file);
+    let (wal, recovered) = Wal::open(dir.path(), small_options()).unwrap();
+    assert_eq!(recovered.last_lsn, 5);
+    let (path, offset, _) = recovered.torn_tail.unwrap();
+    assert_eq!((path, offset), (last, end));
+    wal.close().unwrap();
+    assert_eq!(read_all(dir.path(), &small_options()).len(), 5);
+}
+
+#[test]
+fn repeated_record_after_the_tail_is_corruption_not_a_tear() {
+    // A valid copy of an older record beyond the end cannot come from a torn final write.
+    let dir = tempfile::tempdir().unwrap();
+    let (last, offsets) = log_with_records(dir.path(), 5, 40);
+    let bytes = std::fs::read(&last).unwrap();
+    let third = bytes[offsets[2] as usize..offsets[3] as usize].to_vec();
+    let end = *offsets.last().unwrap();
+    let file = std::fs::OpenOptions::new().write(true).open(&last).unwrap();
+    std::os::unix::fs::FileExt::write_all_at(&file, &[0xAB; 7], end).unwrap();
+    std::os::unix::fs::FileExt::write_all_at(&file, &third, end + 7).unwrap();
+    drop(file);
+    let err = Wal::open(dir.path(), small_options()).err().unwrap();
+    assert!(err.is_corruption(), "{err}");
+}
+
+#[test]
+fn flipped_bit_in_an_earlier_record_is_a_hard_error_naming_file_and_offset() {
+    let dir = tempfile::tempdir().unwrap();
+    let (last, offsets) = log_with_records(dir.path(), 6, 40);
+    let target = offsets[2] + RECORD_HEADER_BYTES as u64 + 5; // inside record 3's payload
+    flip_bit(&last, target);
+    let err = Wal::open(dir.path(), small_options()).err().unwrap();
+    match &err {
+        Error::Corruption { path, offset, .. } => {
+            assert_eq!((path, *offset), (&last, offsets[2]), "{err}");
+        }
+        other => panic!("expected corruption, got {other}"),
+    }
+    let message = err.to_string();
+    assert!(
+        message.contains(last.file_name().unwrap().to_str().unwrap()),
+        "{message}"
+    );
+    assert!(
+        message.contains(&format!("offset {}", offsets[2])),
+        "{message}"
+    );
+    // Refusal changes nothing: it refuses again, the same way.
+    let again = Wal::open(dir.path(), small_options()).err().unwrap();
+    assert_eq!(again.to_string(), message);
+}
+
+#[test]
+fn flipped_bit_in_an_earlier_segment_is_a_hard_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let (wal, _) = Wal::open(dir.path(), small_options()).unwrap();
+    fill(&wal, 1, 100, |_| 2000);
+    wal.close().unwrap();
+    let all = segments(dir.path());
+    assert!(all.len() >= 3);
+    // The last record of the first segment: damage there must not pass for a tear.
+    let first = std::fs::read(&all[0]).unwrap();
+    let mut at = SEGMENT_HEADER_BYTES;
+    let mut last_start = at;
+    while let Parsed::Record(r) = record::parse_record(&first, at, 1 << 20) {
+        last_start = at;
+        at += r.bytes();
+    }
+    flip_bit(&all[0], last_start as u64 + 30);
+    let err = Wal::open(dir.path(), small_options()).err().unwrap();
+    match err {
+        Error::Corruption { path, offset, .. } => {
+            assert_eq!((path, offset), (all[0].clone(), last_start as u64))
+        }
+        other => panic!("expected corruption, got {other}"),
+    }
+}
+
+#[test]
+fn a_missing_middle_segment_is_corruption() {
+    let dir = tempfile::tempdir().unwrap();
+    let (wal, _) = Wal::open(dir.path(), small_options()).unwrap();
+    fill(&wal, 1, 100, |_| 2000);
+    wal.close().unwrap();
+    let all = segments(dir.path());
+    std::fs::remove_file(&all[1]).unwrap();
+    let err = Wal::open(dir.path(), small_options()).err().unwrap();
+    assert!(err.is_corruption(), "{err}");
+    assert!(
+        err.to_string()
+            .contains(all[2].file_name().unwrap().to_str().unwrap()),
+        "{err}"
+    );
+}
+
+#[test]
+fn torn_final_write_with_a_valid_record_of_the_same_write_after_the_hole_is_a_tear() {
+    // Pages of one write can reach the disk in any order: a hole, then a valid later record of the
+    // same write. That write was never acknowledged, so recovery must cut it, not refuse.
+    let dir = tempfile::tempdir().unwrap();
+    let options = small_options();
+    let (wal, _) = Wal::open(dir.path(), options.clone()).unwrap();
+    wal.append(payload(1, 40)).unwrap().wait().unwrap();
+    wal.close().unwrap();
+    let last = segments(dir.path()).pop().unwrap();
+    let start = (SEGMENT_HEADER_BYTES + RECORD_HEADER_BYTES + 40) as u64;
+    // Forge one write of records 2, 3, 4 (batch_pos 0, 1, 2) and lose record 3's bytes.
+    let mut buf = Vec::new();
+    record::encode_record(&mut buf, 2, 0, &payload(2, 40));
+    let hole_start = buf.len();
+    record::encode_record(&mut buf, 3, 1, &payload(3, 40));
+    let hole_end = buf.len();
+    record::encode_record(&mut buf, 4, 2, &payload(4, 40));
+    buf[hole_start..hole_end].fill(0);
+    let file = std::fs::OpenOptions::new().write(true).open(&last).unwrap();
+    std::os::unix::fs::FileExt::write_all_at(&file, &buf, start).unwrap();
+    drop(file);
+    let (wal, recovered) = Wal::open(dir.path(), options.clone()).unwrap();
+    assert_eq!(recovered.last_lsn, 2);
+    assert_eq!(
+        recovered.torn_tail.as_ref().unwrap().1,
+        start + hole_start as u64
+    );
+    wal.close().unwrap();
+
+    // The same picture, but the record after the hole belongs to a later write (batch_pos 0):
+    // the hole was durable once, so this is corruption.
+    let dir = tempfile::tempdir().unwrap();
+    let (wal, _) = Wal::open(dir.path(), options.clone()).unwrap();
+    wal.append(payload(1, 40)).unwrap().wait().unwrap();
+    wal.close().unwrap();
+    let last = segments(dir.path()).pop().unwrap();
+    let mut buf = Vec::new();
+    record::encode_record(&mut buf, 2, 0, &payload(2, 40));
+    let hole_start = buf.len();
+    record::encode_record(&mut buf, 3, 0, &payload(3, 40));
+    let hole_end = buf.len();
+    record::encode_record(&mut buf, 4, 0, &payload(4, 40));
+    buf[hole_start..hole_end].fill(0);
+    let file = std::fs::OpenOptions::new().write(true).open(&last).unwrap();
+    std::os::unix::fs::FileExt::write_all_at(&file, &buf, start).unwrap();
+    drop(file);
+    let err = Wal::open(dir.path(), options).err().unwrap();
+    assert!(err.is_corruption(), "{err}");
+}
+
+fn flip_bit(path: &Path, offset: u64) {
+    let mut bytes = std::fs::read(path).unwrap();
+    bytes[offset as usize] ^= 0x10;
+    std::fs::write(path, bytes).unwrap();
+}
+
+#[test]
+fn a_half_created_segment_from_a_crash_is_removed() {
+    let dir = tempfile::tempdir().unwrap();
+    let (wal, _) = Wal::open(dir.path(), small_options()).unwrap();
+    fill(&wal, 1, 3, |_| 10);
+    wal.close().unwrap();
+    let temp = dir.path().join("00000000000000000004.wal.tmp");
+    std::fs::write(&temp, [0u8; 100]).unwrap();
+    let (wal, recovered) = Wal::open(dir.path(), small_options()).unwrap();
+    assert_eq!(recovered.last_lsn, 3);
+    assert!(!temp.exists());
+    assert_eq!(wal.append(vec![7]).unwrap().wait().unwrap(), 4);
+}
+
+#[test]
+fn fsync_failure_poisons_the_log_and_is_never_retried() {
+    let dir = tempfile::tempdir().unwrap();
+    let fs = FaultyFs::new();
+    let (wal, _) = Wal::open_with(
+        Arc::new(fs.clone()),
+        dir.path(),
+        small_options(),
+        u64::MAX,
+        &mut |_| Ok(()),
+    )
+    .unwrap();
+    fill(&wal, 1, 3, |_| 10);
+    fs.fail_sync_after(0);
+    let err = wal.append(vec![1]).unwrap().wait().err().unwrap();
+    assert!(matches!(err, Error::Poisoned { .. }), "{err}");
+    assert!(
+        err.to_string().contains("injected fdatasync failure"),
+        "{err}"
+    );
+    assert!(wal.is_poisoned());
+    assert_eq!(
+        wal.durable_lsn(),
+        3,
+        "the failed record is never reported durable"
+    );
+    let syncs = fs.syncs_seen();
+    let later = wal.append(vec![2]);
+    assert!(matches!(later, Err(Error::Poisoned { .. })));
+    assert_eq!(
+        fs.syncs_seen(),
+        syncs,
+        "no fsync is retried after poisoning"
+    );
+}
+
+#[test]
+fn write_failure_poisons_the_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let fs = FaultyFs::new();
+    let (wal, _) = Wal::open_with(
+        Arc::new(fs.clone()),
+        dir.path(),
+        small_options(),
+        u64::MAX,
+        &mut |_| Ok(()),
+    )
+    .unwrap();
+    fs.fail_write_after(0);
+    let err = wal.append(vec![1]).unwrap().wait().err().unwrap();
+    assert!(matches!(err, Error::Poisoned { .. }), "{err}");
+}
+
+#[test]
+fn concurrent_appenders_share_syncs_and_every_ack_is_durable() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = Options {
+        segment_bytes: 1 << 20,
+        record_bytes_max: 1024,
+        ..Options::default()
+    };
+    let (wal, _) = Wal::open(dir.path(), options.clone()).unwrap();
+    let threads: Vec<_> = (0..16u8)
+        .map(|t| {
+            let wal = wal.clone();
+            std::thread::spawn(move || {
+                let mut acked = Vec::new();
+                for i in 0..200u32 {
+                    let mut body = vec![t];
+                    body.extend_from_slice(&i.to_le_bytes());
+                    let lsn = wal.append(body.clone()).unwrap().wait().unwrap();
+                    assert!(wal.durable_lsn() >= lsn, "acknowledged before durable");
+                    acked.push((lsn, body));
+                }
+                acked
+            })
+        })
+        .collect();
+    let acked: Vec<(u64, Vec<u8>)> = threads
+        .into_iter()
+        .flat_map(|h| h.join().unwrap())
+        .collect();
+    let stats = wal.stats();
+    wal.close().unwrap();
+    assert_eq!(acked.len(), 3200);
+    assert!(
+        stats.syncs < 3200,
+        "group commit shares syncs: {} syncs for 3200 records",
+        stats.syncs
+    );
+    let records: std::collections::HashMap<u64, Vec<u8>> =
+        read_all(dir.path(), &options).into_iter().collect();
+    assert_eq!(records.len(), 3200);
+    for (lsn, body) in acked {
+        assert_eq!(records[&lsn], body);
+    }
+    // Per appender, LSN order is submission order.
+}
+
+#[test]
+fn append_future_resolves_when_durable() {
+    let dir = tempfile::tempdir().unwrap();
+    let (wal, _) = Wal::open(dir.path(), small_options()).unwrap();
+    let tickets: Vec<_> = (0..50).map(|i| wal.append(vec![i]).unwrap()).collect();
+    for (i, ticket) in tickets.into_iter().enumerate() {
+        assert_eq!(block_on(ticket).unwrap(), i as u64 + 1);
+    }
+    assert!(wal.durable_lsn() >= 50);
+}
+
+/// A minimal executor: parks the thread until the waker unparks it.
+fn block_on<F: std::future::Future>(future: F) -> F::Output {
+    struct Unpark(std::thread::Thread);
+    impl std::task::Wake for Unpark {
+        fn wake(self: Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let waker = std::task::Waker::from(Arc::new(Unpark(std::thread::current())));
+    let mut cx = std::task::Context::from_waker(&waker);
+    let mut future = std::pin::pin!(future);
+    loop {
+        if let std::task::Poll::Ready(out) = future.as_mut().poll(&mut cx) {
+            return out;
+        }
+        std::thread::park();
+    }
+}
+
+#[test]
+fn fsync_never_still_orders_and_persists_records_across_a_clean_close() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = Options {
+        fsync: FsyncPolicy::Never,
+        ..small_options()
+    };
+    let (wal, _) = Wal::open(dir.path(), options.clone()).unwrap();
+    fill(&wal, 1, 20, |_| 100);
+    wal.close().unwrap();
+    assert_eq!(read_all(dir.path(), &options).len(), 20);
+}
+
+#[test]
+fn closed_log_refuses_appends() {
+    let dir = tempfile::tempdir().unwrap();
+    let (wal, _) = Wal::open(dir.path(), small_options()).unwrap();
+    let other = wal.clone();
+    wal.close().unwrap();
+    assert!(matches!(other.append(vec![1]), Err(Error::Closed)));
+}
+
+// ---- snapshots ----
+
+#[test]
+fn checkpoint_keeps_two_snapshots_and_removes_covered_segments() {
+    let dir = tempfile::tempdir().unwrap();
+    let (wal, _) = Wal::open(dir.path(), small_options()).unwrap();
+    fill(&wal, 1, 100, |_| 2000);
+    let first_segment_lsn = |dir: &Path| {
+        let first = segments(dir).into_iter().next().unwrap();
+        record::parse_segment_file_name(first.file_name().unwrap().to_str().unwrap()).unwrap()
+    };
+    let before = segments(dir.path()).len();
+    assert!(before >= 4);
+    wal.checkpoint(40, b"state@40").unwrap();
+    // Only one snapshot exists: it is the oldest kept, and segments wholly at or below 40 go.
+    let after_first = segments(dir.path()).len();
+    assert!(
+        after_first < before,
+        "segments covered by the snapshot were removed"
+    );
+    assert!(
+        first_segment_lsn(dir.path()) <= 41,
+        "records after LSN 40 remain"
+    );
+    wal.checkpoint(90, b"state@90").unwrap();
+    assert_eq!(
+        segments(dir.path()).len(),
+        after_first,
+        "the older kept snapshot (40) still needs its log"
+    );
+    fill(&wal, 101, 50, |_| 2000);
+    wal.checkpoint(150, b"state@150").unwrap();
+    let snaps = snapshot::list(&StdFs, dir.path()).unwrap();
+    assert_eq!(snaps.iter().map(|s| s.0).collect::<Vec<_>>(), vec![150, 90]);
+    let first = first_segment_lsn(dir.path());
+    assert!(
+        first > 41 && first <= 91,
+        "log kept from the oldest kept snapshot (90); starts at {first}"
+    );
+    wal.close().unwrap();
+
+    // Replay from the oldest kept snapshot still works after a restart.
+    let mut seen = 0;
+    let (_wal, _) = Wal::open_with(
+        Arc::new(StdFs),
+        dir.path(),
+        small_options(),
+        91,
+        &mut |_| {
+            seen += 1;
+            Ok(())
+        },
+    )
+    .unwrap();
+    assert_eq!(seen, 60);
+    // Asking for records before the retained log is a typed error, not silence.
+    let err = crate::reader::read_from(dir.path(), 16 * 1024, 1, &mut |_| Ok(()))
+        .err()
+        .unwrap();
+    assert!(matches!(err, Error::Unavailable { .. }), "{err}");
+}
+
+#[test]
+fn checkpoint_beyond_the_durable_lsn_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let (wal, _) = Wal::open(dir.path(), small_options()).unwrap();
+    assert!(wal.checkpoint(5, b"x").is_err());
+}
+
+#[test]
+fn crash_between_snapshot_temp_write_and_rename_leaves_the_previous_snapshot() {
+    let dir = tempfile::tempdir().unwrap();
+    snapshot::write(&StdFs, dir.path(), 10, b"ten").unwrap();
+    // The crash: a complete temp file that was never renamed.
+    std::fs::write(
+        dir.path().join("00000000000000000020.snap.tmp"),
+        snapshot::encode(20, b"twenty"),
+    )
+    .unwrap();
+    let loaded = snapshot::load_newest(&StdFs, dir.path()).unwrap().unwrap();
+    assert_eq!((loaded.lsn, loaded.payload.as_slice()), (10, &b"ten"[..]));
+    snapshot::prune(&StdFs, dir.path(), 2).unwrap();
+    assert!(!dir.path().join("00000000000000000020.snap.tmp").exists());
+}
+
+#[test]
+fn corrupt_newest_snapshot_falls_back_to_the_previous() {
+    let dir = tempfile::tempdir().unwrap();
+    snapshot::write(&StdFs, dir.path(), 10, b"ten").unwrap();
+    let newest = snapshot::write(&StdFs, dir.path(), 20, b"twenty").unwrap();
+    flip_bit(&newest, 45);
+    let loaded = snapshot::load_newest(&StdFs, dir.path()).unwrap().unwrap();
+    assert_eq!(loaded.lsn, 10);
+    // With every snapshot corrupt, loading refuses rather than starting from nothing.
+    let older = dir.path().join("00000000000000000010.snap");
+    flip_bit(&older, 3);
+    let err = snapshot::load_newest(&StdFs, dir.path()).err().unwrap();
+    assert!(err.is_corruption(), "{err}");
+}
+
+#[test]
+fn snapshot_decode_rejects_truncation_and_trailing_bytes() {
+    let bytes = snapshot::encode(7, b"payload");
+    assert_eq!(snapshot::decode(&bytes).unwrap(), (7, &b"payload"[..]));
+    for cut in 0..bytes.len() {
+        assert!(snapshot::decode(&bytes[..cut]).is_err(), "cut at {cut}");
+    }
+    let mut longer = bytes.clone();
+    longer.push(0);
+    assert!(snapshot::decode(&longer).is_err());
+}
+
+#[test]
+fn record_frame_validates_before_encoding_and_after_decoding() {
+    let mut buf = Vec::new();
+    record::encode_record(&mut buf, 42, 3, b"hello");
+    match record::parse_record(&buf, 0, 1024) {
+        Parsed::Record(r) => {
+            assert_eq!((r.lsn, r.batch_pos, r.payload), (42, 3, &b"hello"[..]));
+            assert_eq!(r.write_first_lsn(), 39);
+        }
+        other => panic!("{other:?}"),
+    }
+    // Every single-bit flip anywhere in the frame is detected.
+    for byte in 0..buf.len() {
+        for bit in 0..8 {
+            let mut bad = buf.clone();
+            bad[byte] ^= 1 << bit;
+            assert!(
+                !matches!(record::parse_record(&bad, 0, 1024), Parsed::Record(r) if r.lsn == 42 && r.payload == b"hello"),
+                "flip of bit {bit} in byte {byte} went unnoticed"
+            );
+        }
+    }
+    // A length over the maximum is refused before the payload is touched.
+    assert!(matches!(
+        record::parse_record(&buf, 0, 4),
+        Parsed::Invalid(_)
+    ));
+}
+
+// ---- properties ----
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 12, ..ProptestConfig::default() })]
+
+    /// Random record sizes from 0 B to 1 MiB, across several rotations, read back identical and in order.
+    #[test]
+    fn random_records_survive_rotation_and_reopen(
+        sizes in prop::collection::vec(prop_oneof![0usize..64, 64usize..4096, 4096usize..=(1 << 20)], 1..24),
+        concurrent in any::<bool>(),
+    ) {
+        let dir = tempfile::tempdir().unwrap();
+        let options = Options { segment_bytes: 2 << 20, record_bytes_max: 1 << 20, ..Options::default() };
+        let (wal, _) = Wal::open(dir.path(), options.clone()).unwrap();
+        if concurrent {
+            let tickets: Vec<_> = sizes.iter().enumerate().map(|(i, &n)| wal.append(payload(i as u64 + 1, n)).unwrap()).collect();
+            for t in tickets { t.wait().unwrap(); }
+        } else {
+            for (i, &n) in sizes.iter().enumerate() { wal.append(payload(i as u64 + 1, n)).unwrap().wait().unwrap(); }
+        }
+        wal.close().unwrap();
+        let (wal, recovered) = Wal::open(dir.path(), options.clone()).unwrap();
+        prop_assert_eq!(recovered.last_lsn, sizes.len() as u64);
+        prop_assert!(recovered.torn_tail.is_none());
+        wal.close().unwrap();
+        let records = read_all(dir.path(), &options);
+        prop_assert_eq!(records.len(), sizes.len());
+        for (i, (lsn, bytes)) in records.iter().enumerate() {
+            prop_assert_eq!(*lsn, i as u64 + 1);
+            prop_assert_eq!(bytes, &payload(*lsn, sizes[i]));
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    /// The parsers never panic on arbitrary bytes, and never invent a record.
+    #[test]
+    fn parsers_never_panic_on_arbitrary_bytes(bytes in prop::collection::vec(any::<u8>(), 0..4096), offset in 0usize..4200) {
+        let _ = record::decode_segment_header(&bytes);
+        let _ = record::parse_record(&bytes, offset, 1024);
+        let _ = snapshot::decode(&bytes);
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join(record::segment_file_name(1)), &bytes).unwrap();
+        let _ = crate::reader::read_from(dir.path(), 1024, 1, &mut |_| Ok(()));
+    }
+
+    /// A valid segment with arbitrary bytes overwritten anywhere either opens with a prefix of the
+    /// original records, or refuses with corruption: it never yields a record that was not written.
+    #[test]
+    fn damaged_segments_yield_a_prefix_or_an_error(at in 0usize..3000, junk in prop::collection::vec(any::<u8>(), 1..64)) {
+        let dir = tempfile::tempdir().unwrap();
+        let options = small_options();
+        let (wal, _) = Wal::open(dir.path(), options.clone()).unwrap();
+        fill(&wal, 1, 20, |lsn| lsn as usize * 7);
+        wal.close().unwrap();
+        let path = segments(dir.path()).pop().unwrap();
+        let mut bytes = std::fs::read(&path).unwrap();
+        for (i, b) in junk.iter().enumerate() {
+            if let Some(slot) = bytes.get_mut(at + i) { *slot = *b; }
+        }
+        std::fs::write(&path, &bytes).unwrap();
+        let mut seen = Vec::new();
+        let outcome = crate::reader::read_from(dir.path(), options.record_bytes_max, 1, &mut |r| {
+            seen.push((r.lsn, r.payload.to_vec()));
+            Ok(())
+        });
+        for (lsn, body) in &seen {
+            prop_assert_eq!(body, &payload(*lsn, *lsn as usize * 7));
+        }
+        if outcome.is_ok() {
+            prop_assert!(seen.iter().enumerate().all(|(i, (lsn, _))| *lsn == i as u64 + 1));
+        }
+    }
+}
+
+#[test]
+fn std_fs_lists_what_it_creates() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = StdFs.create(&dir.path().join("a")).unwrap();
+    file.write_all_at(b"xy", 0).unwrap();
+    assert_eq!(file.len().unwrap(), 2);
+    assert_eq!(StdFs.list(dir.path()).unwrap(), vec![PathBuf::from("a")]);
+}
