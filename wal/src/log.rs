@@ -13,8 +13,8 @@ use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
-use std::task::{Context, Poll, Waker};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll, Wake, Waker};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -162,10 +162,27 @@ impl Ord for Waiter {
     }
 }
 
+/// Waiters ordered by LSN, so a sync wakes exactly those it made durable: no thundering herd.
 #[derive(Default)]
 struct Waiters {
     wakers: BinaryHeap<Waiter>,
-    blocked_threads: usize,
+}
+
+/// Wakes a thread blocked in [`Append::wait`].
+struct Unpark(std::thread::Thread);
+
+impl Wake for Unpark {
+    fn wake(self: Arc<Self>) {
+        self.0.unpark();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.0.unpark();
+    }
+}
+
+thread_local! {
+    static THREAD_WAKER: Waker = Waker::from(Arc::new(Unpark(std::thread::current())));
 }
 
 /// State shared by the handle, the writer thread and outstanding appends.
@@ -176,7 +193,6 @@ pub(crate) struct Shared {
     closed: AtomicBool,
     poison_reason: Mutex<Option<String>>,
     waiters: Mutex<Waiters>,
-    wake_threads: Condvar,
     segments: Mutex<Vec<(u64, PathBuf)>>,
     pub(crate) stats: Stats,
 }
@@ -208,20 +224,17 @@ impl Shared {
 
     fn wake(&self, up_to: u64) {
         let mut ready = Vec::new();
-        let blocked = {
+        {
             let mut waiters = lock(&self.waiters);
             while waiters.wakers.peek().is_some_and(|w| w.lsn <= up_to) {
                 if let Some(waiter) = waiters.wakers.pop() {
                     ready.push(waiter.waker);
                 }
             }
-            waiters.blocked_threads
-        };
+        }
+        // Wake outside the lock, so woken appenders do not queue on it behind the writer.
         for waker in ready {
             waker.wake();
-        }
-        if blocked > 0 {
-            self.wake_threads.notify_all();
         }
     }
 
@@ -266,20 +279,23 @@ impl Append {
     }
 
     /// Blocks the calling thread until the record is durable (or the log fails).
-    pub fn wait(self) -> Result<u64> {
-        let mut waiters = lock(&self.shared.waiters);
-        loop {
-            if let Some(outcome) = self.shared.outcome(self.lsn) {
-                return outcome;
-            }
-            waiters.blocked_threads += 1;
-            waiters = self
-                .shared
-                .wake_threads
-                .wait(waiters)
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            waiters.blocked_threads -= 1;
+    ///
+    /// The thread parks with a waker in the same LSN-ordered heap as futures, so the writer
+    /// unparks it only when its own record is durable.
+    pub fn wait(mut self) -> Result<u64> {
+        if let Some(outcome) = self.shared.outcome(self.lsn) {
+            return outcome;
         }
+        THREAD_WAKER.with(|waker| {
+            let mut cx = Context::from_waker(waker);
+            loop {
+                if let Poll::Ready(outcome) = Pin::new(&mut self).poll(&mut cx) {
+                    return outcome;
+                }
+                // A spurious unpark only costs another poll.
+                std::thread::park();
+            }
+        })
     }
 }
 
@@ -443,7 +459,6 @@ impl Wal {
             closed: AtomicBool::new(false),
             poison_reason: Mutex::new(None),
             waiters: Mutex::new(Waiters::default()),
-            wake_threads: Condvar::new(),
             segments: Mutex::new(segments),
             stats: Stats::default(),
         });
