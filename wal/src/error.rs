@@ -55,6 +55,10 @@ pub enum Error {
         first_available: u64,
     },
 
+    /// The replay visitor refused a record (its payload does not make sense to the caller).
+    #[error("replay stopped at LSN {lsn}: {reason}")]
+    Replay { lsn: u64, reason: String },
+
     /// The options do not describe a usable log.
     #[error("invalid options: {0}")]
     InvalidOptions(String),

@@ -331,8 +331,8 @@ struct Inner {
     shared: Arc<Shared>,
     submit: Mutex<Submit>,
     writer: Mutex<Option<JoinHandle<()>>>,
-    /// Held for the life of the log: a second opener of the directory fails with `Locked`.
-    _lock_file: std::fs::File,
+    /// Held until the log is closed: a second opener of the directory fails with `Locked`.
+    lock_file: Mutex<Option<std::fs::File>>,
 }
 
 impl Drop for Inner {
@@ -350,6 +350,8 @@ impl Inner {
             }
         }
         self.shared.mark_closed();
+        // Release the directory only after the writer has stopped writing to it.
+        lock(&self.lock_file).take();
     }
 }
 
@@ -493,7 +495,7 @@ impl Wal {
                 tx: Some(tx),
             }),
             writer: Mutex::new(Some(handle)),
-            _lock_file: lock_file,
+            lock_file: Mutex::new(Some(lock_file)),
         };
         Ok((
             Wal {
@@ -550,8 +552,14 @@ impl Wal {
 
     /// A ticket that resolves once everything appended so far is durable.
     pub fn sync(&self) -> Append {
+        self.wait_for(self.last_lsn())
+    }
+
+    /// A ticket that resolves once every record up to `lsn` is durable. A reader uses it to hold
+    /// back an answer computed from state that includes records not yet durable.
+    pub fn wait_for(&self, lsn: u64) -> Append {
         Append {
-            lsn: self.last_lsn(),
+            lsn: lsn.min(self.last_lsn()),
             shared: self.inner.shared.clone(),
         }
     }
@@ -575,6 +583,9 @@ impl Wal {
     /// durable: a snapshot never holds state the log could lose), keeps the newest
     /// `snapshots_kept`, and deletes segments whose records all precede the oldest kept snapshot.
     pub fn checkpoint(&self, lsn: u64, payload: &[u8]) -> Result<PathBuf> {
+        if self.inner.shared.closed.load(Ordering::Acquire) {
+            return Err(Error::Closed);
+        }
         if lsn > self.durable_lsn() {
             return Err(Error::InvalidOptions(format!(
                 "snapshot LSN {lsn} is beyond the durable LSN {}",
@@ -625,8 +636,9 @@ impl Wal {
         })
     }
 
-    /// Makes everything appended durable, stops the writer and releases the directory.
-    /// Other clones of this handle stop working (their appends fail with `Closed`).
+    /// Makes everything appended durable, stops the writer and releases the directory lock.
+    /// Other clones of this handle stop working (their appends fail with `Closed`), so the
+    /// directory can be opened again at once even while stray clones are still alive.
     pub fn close(self) -> Result<()> {
         let synced = self.sync().wait();
         self.inner.shutdown();

@@ -520,12 +520,16 @@ fn fsync_never_still_orders_and_persists_records_across_a_clean_close() {
 }
 
 #[test]
-fn closed_log_refuses_appends() {
+fn closing_releases_the_directory_even_while_clones_live() {
     let dir = tempfile::tempdir().unwrap();
     let (wal, _) = Wal::open(dir.path(), small_options()).unwrap();
     let other = wal.clone();
     wal.close().unwrap();
     assert!(matches!(other.append(vec![1]), Err(Error::Closed)));
+    assert!(matches!(other.checkpoint(0, b"x"), Err(Error::Closed)));
+    // The stray clone does not keep the directory locked.
+    let (reopened, _) = Wal::open(dir.path(), small_options()).unwrap();
+    reopened.close().unwrap();
 }
 
 // ---- snapshots ----

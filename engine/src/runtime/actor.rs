@@ -1,0 +1,398 @@
+//! The shard actor: one actix actor per Arbiter thread, owning one [`Shard`] and nothing else.
+//!
+//! Each wallet is an actor in the actor-model sense, a state machine changed only by the messages
+//! it handles one at a time; hosting many wallets in one shard actor (a `HashMap` inside [`Shard`])
+//! costs 86 B a wallet instead of ~900 B for an actix actor each (notes/dependencies.md §1).
+//!
+//! A command runs in three steps, all inside one handler call so nothing interleaves:
+//! decide and apply in memory; hand the encoded [`JournalEntry`] to the WAL (which assigns its LSN
+//! and fixes the shard's order); then return a future that resolves only when that LSN is
+//! durable. The shard goes on to the next command while earlier ones await their fsync
+//! (pipelining), but no answer escapes early. Reads and rejections also wait for every record the
+//! shard had appended when it computed them (`last_lsn`), so no response shows state that is not
+//! yet durable (ARCHITECTURE.md invariants 1 and 2).
+//!
+//! If the WAL refuses an append after the state was changed in memory (it was poisoned), the
+//! shard's memory is ahead of its log; the shard then refuses everything until the process
+//! restarts and recovery rebuilds it from the log.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix::{Actor, AsyncContext, Context as ActorContext, Handler, Message, ResponseFuture};
+
+use super::clock::Clock;
+use super::idempotency::IdempotencyTable;
+use super::journal::{IdempotencyRecord, JournalEntry};
+use super::EngineError;
+use super::Renderer;
+use crate::command::{Command, Context, Outcome, EXPIRE_BATCH_MAX};
+use crate::directory::{Directory, DirectoryCommand, DirectoryEvent};
+use crate::error::{ExecuteError, Rejection};
+use crate::ids::Uuid;
+use crate::shard::Shard;
+
+/// What answer to log with an idempotency key.
+#[derive(Clone, Debug)]
+pub enum Answer {
+    /// The command's own result.
+    Result,
+    /// The result if it is a rejection; otherwise the command is the first of several steps and
+    /// its key is logged as pending.
+    RejectionOnly,
+    /// The view of a transaction after the command (the debit side of a finished transfer).
+    Transaction(Uuid),
+    /// A rejection decided by an earlier step (the target refused a cross-shard credit).
+    Rejected(Rejection),
+}
+
+/// An idempotency key riding along with a command.
+pub struct Claim {
+    /// The record to log, `response` still `None`.
+    pub record: IdempotencyRecord,
+    pub answer: Answer,
+}
+
+/// Run a command on the shard.
+pub struct Execute {
+    pub command: Command,
+    pub context: Context,
+    pub claim: Option<Claim>,
+}
+
+/// What a command did, once durable.
+#[derive(Debug)]
+pub struct Executed {
+    pub result: Result<Outcome, Rejection>,
+    /// The rendered answer, when the command carried a claim with a renderer.
+    pub response: Option<Vec<u8>>,
+}
+
+impl Message for Execute {
+    type Result = Result<Executed, EngineError>;
+}
+
+/// Read the shard's state; answered once everything the shard had appended is durable.
+pub struct Read<R>(pub Box<dyn FnOnce(&Shard) -> R + Send>);
+
+impl<R: Send + 'static> Message for Read<R> {
+    type Result = Result<R, EngineError>;
+}
+
+/// Change the directory (shard 0 only).
+pub struct ExecuteDirectory {
+    pub command: DirectoryCommand,
+    pub context: Context,
+}
+
+impl Message for ExecuteDirectory {
+    type Result = Result<Result<DirectoryEvent, Rejection>, EngineError>;
+}
+
+/// Read the directory (shard 0 only); answered once what it shows is durable.
+pub struct ReadDirectory<R>(pub Box<dyn FnOnce(&Directory) -> R + Send>);
+
+impl<R: Send + 'static> Message for ReadDirectory<R> {
+    type Result = Result<R, EngineError>;
+}
+
+/// Capture the shard for a snapshot: a clone, the LSN it covers, and (shard 0) the directory.
+pub struct Capture;
+
+/// A captured shard.
+pub struct Captured {
+    pub covered_lsn: u64,
+    pub shard: Shard,
+    pub directory: Option<Directory>,
+}
+
+impl Message for Capture {
+    type Result = Result<Captured, EngineError>;
+}
+
+pub struct ShardActor {
+    shard: Shard,
+    /// Shard 0 hosts the identities.
+    directory: Option<Directory>,
+    wal: wal::Wal,
+    clock: Arc<dyn Clock>,
+    idempotency: Arc<IdempotencyTable>,
+    renderer: Arc<dyn Renderer>,
+    /// LSN of the newest record this shard appended.
+    last_lsn: u64,
+    /// Set when memory and log may disagree; every later message is refused.
+    failed: Option<String>,
+    hold_tick: Duration,
+}
+
+impl ShardActor {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        shard: Shard,
+        directory: Option<Directory>,
+        wal: wal::Wal,
+        clock: Arc<dyn Clock>,
+        idempotency: Arc<IdempotencyTable>,
+        renderer: Arc<dyn Renderer>,
+        hold_tick: Duration,
+    ) -> Self {
+        let last_lsn = wal.last_lsn();
+        ShardActor {
+            shard,
+            directory,
+            wal,
+            clock,
+            idempotency,
+            renderer,
+            last_lsn,
+            failed: None,
+            hold_tick,
+        }
+    }
+
+    fn fail(&mut self, reason: String) -> EngineError {
+        tracing::error!(shard = self.shard.shard_index(), reason = %reason, "shard stopped accepting commands; restart the process to recover from the log");
+        self.failed = Some(reason.clone());
+        EngineError::Unavailable(reason)
+    }
+
+    /// Waits until every record this shard appended so far is durable, then yields `value`.
+    fn after_durable<T: Send + 'static>(&self, value: T) -> ResponseFuture<Result<T, EngineError>> {
+        let ticket = self.wal.wait_for(self.last_lsn);
+        Box::pin(async move {
+            ticket
+                .await
+                .map_err(|e| EngineError::Unavailable(e.to_string()))?;
+            Ok(value)
+        })
+    }
+
+    /// Decide, apply, log. Returns the result and, when something was logged, the WAL ticket.
+    fn run(&mut self, message: Execute) -> Result<(Executed, Option<wal::Append>), EngineError> {
+        if let Some(reason) = &self.failed {
+            return Err(EngineError::Unavailable(reason.clone()));
+        }
+        let (events, result) = match self.shard.execute(&message.command, &message.context) {
+            Ok((events, outcome)) => (events, Ok(outcome)),
+            Err(ExecuteError::Rejected(rejection)) => (Vec::new(), Err(rejection)),
+            Err(ExecuteError::Corrupt(error)) => {
+                return Err(self.fail(format!("applying decided events failed: {error}")))
+            }
+        };
+        let (response, idempotency) = match message.claim {
+            Some(Claim { mut record, answer }) => {
+                let route = record.route;
+                let response = match answer {
+                    Answer::Result => Some(self.renderer.render(route, &result)),
+                    Answer::RejectionOnly => result
+                        .is_err()
+                        .then(|| self.renderer.render(route, &result)),
+                    Answer::Transaction(uuid) => {
+                        let view = self.shard.transaction_view(uuid).map(Outcome::Transaction);
+                        Some(self.renderer.render(route, &view))
+                    }
+                    Answer::Rejected(rejection) => {
+                        Some(self.renderer.render(route, &Err(rejection)))
+                    }
+                };
+                record.response.clone_from(&response);
+                if let Ok(Outcome::TransferReserved { transfer, .. }) = &result {
+                    record.transfer_uuid = Some(transfer.uuid);
+                }
+                (response, Some(record))
+            }
+            None => (None, None),
+        };
+        if events.is_empty() && idempotency.is_none() {
+            return Ok((Executed { result, response }, None));
+        }
+        let entry = JournalEntry {
+            shard: self.shard.shard_index(),
+            events,
+            directory: Vec::new(),
+            idempotency: idempotency.clone(),
+        };
+        match self.wal.append(entry.encode()) {
+            Ok(ticket) => {
+                self.last_lsn = ticket.lsn();
+                if let Some(record) = &idempotency {
+                    // Stored now, tagged with its LSN: shown to retries only once durable.
+                    self.idempotency.record(record, ticket.lsn());
+                }
+                Ok((Executed { result, response }, Some(ticket)))
+            }
+            Err(error) => Err(self.fail(format!("the write-ahead log refused a record: {error}"))),
+        }
+    }
+
+    /// Expires overdue holds. Runs on a timer, so holds expire after a restart too.
+    fn expire_holds(&mut self) {
+        if self.failed.is_some() || self.shard.active_hold_count() == 0 {
+            return;
+        }
+        let message = Execute {
+            command: Command::ExpireHolds {
+                max_holds: EXPIRE_BATCH_MAX,
+            },
+            context: self.clock.context(),
+            claim: None,
+        };
+        match self.run(message) {
+            Ok((
+                Executed {
+                    result: Ok(Outcome::HoldsExpired { count }),
+                    ..
+                },
+                _,
+            )) if count > 0 => {
+                tracing::debug!(shard = self.shard.shard_index(), count, "expired holds");
+            }
+            Ok(_) => {}
+            Err(error) => tracing::error!(%error, "expiring holds failed"),
+        }
+    }
+}
+
+impl Actor for ShardActor {
+    type Context = ActorContext<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        ctx.run_interval(self.hold_tick, |actor, _| actor.expire_holds());
+    }
+}
+
+impl Handler<Execute> for ShardActor {
+    type Result = ResponseFuture<Result<Executed, EngineError>>;
+
+    fn handle(&mut self, message: Execute, _: &mut Self::Context) -> Self::Result {
+        match self.run(message) {
+            Err(error) => Box::pin(std::future::ready(Err(error))),
+            Ok((executed, None)) => self.after_durable(executed),
+            Ok((executed, Some(ticket))) => Box::pin(async move {
+                ticket
+                    .await
+                    .map_err(|e| EngineError::Unavailable(e.to_string()))?;
+                Ok(executed)
+            }),
+        }
+    }
+}
+
+impl<R: Send + 'static> Handler<Read<R>> for ShardActor {
+    type Result = ResponseFuture<Result<R, EngineError>>;
+
+    fn handle(&mut self, read: Read<R>, _: &mut Self::Context) -> Self::Result {
+        if let Some(reason) = &self.failed {
+            return Box::pin(std::future::ready(Err(EngineError::Unavailable(
+                reason.clone(),
+            ))));
+        }
+        let value = (read.0)(&self.shard);
+        self.after_durable(value)
+    }
+}
+
+impl Handler<ExecuteDirectory> for ShardActor {
+    type Result = ResponseFuture<Result<Result<DirectoryEvent, Rejection>, EngineError>>;
+
+    fn handle(&mut self, message: ExecuteDirectory, _: &mut Self::Context) -> Self::Result {
+        let refuse =
+            |error: EngineError| -> Self::Result { Box::pin(std::future::ready(Err(error))) };
+        if let Some(reason) = &self.failed {
+            return refuse(EngineError::Unavailable(reason.clone()));
+        }
+        let Some(directory) = self.directory.as_mut() else {
+            return refuse(EngineError::Unavailable(
+                "the directory lives on shard 0".into(),
+            ));
+        };
+        let events = match directory.decide(&message.command, message.context.now_ms) {
+            Ok(events) => events,
+            Err(rejection) => return self.after_durable(Err(rejection)),
+        };
+        for event in &events {
+            if let Err(error) = directory.apply(event) {
+                let error = self.fail(format!("applying a directory event failed: {error}"));
+                return refuse(error);
+            }
+        }
+        let Some(created) = events.first().cloned() else {
+            return refuse(EngineError::Unavailable(
+                "the directory decided nothing".into(),
+            ));
+        };
+        let entry = JournalEntry {
+            shard: self.shard.shard_index(),
+            events: Vec::new(),
+            directory: events,
+            idempotency: None,
+        };
+        match self.wal.append(entry.encode()) {
+            Ok(ticket) => {
+                self.last_lsn = ticket.lsn();
+                Box::pin(async move {
+                    ticket
+                        .await
+                        .map_err(|e| EngineError::Unavailable(e.to_string()))?;
+                    Ok(Ok(created))
+                })
+            }
+            Err(error) => {
+                let error = self.fail(format!("the write-ahead log refused a record: {error}"));
+                refuse(error)
+            }
+        }
+    }
+}
+
+impl<R: Send + 'static> Handler<ReadDirectory<R>> for ShardActor {
+    type Result = ResponseFuture<Result<R, EngineError>>;
+
+    fn handle(&mut self, read: ReadDirectory<R>, _: &mut Self::Context) -> Self::Result {
+        if let Some(reason) = &self.failed {
+            return Box::pin(std::future::ready(Err(EngineError::Unavailable(
+                reason.clone(),
+            ))));
+        }
+        let Some(directory) = self.directory.as_ref() else {
+            return Box::pin(std::future::ready(Err(EngineError::Unavailable(
+                "the directory lives on shard 0".into(),
+            ))));
+        };
+        let value = (read.0)(directory);
+        self.after_durable(value)
+    }
+}
+
+impl Handler<Capture> for ShardActor {
+    type Result = ResponseFuture<Result<Captured, EngineError>>;
+
+    fn handle(&mut self, _: Capture, _: &mut Self::Context) -> Self::Result {
+        if let Some(reason) = &self.failed {
+            return Box::pin(std::future::ready(Err(EngineError::Unavailable(
+                reason.clone(),
+            ))));
+        }
+        // Every record this shard appended has an LSN ≤ the log's last LSN now, and none of this
+        // shard's records can be appended while this handler runs: the clone covers exactly the
+        // shard's records up to `covered`.
+        let covered_lsn = self.wal.last_lsn();
+        let captured = Captured {
+            covered_lsn,
+            shard: self.shard.clone(),
+            directory: self.directory.clone(),
+        };
+        let ticket = self.wal.wait_for(covered_lsn);
+        Box::pin(async move {
+            ticket
+                .await
+                .map_err(|e| EngineError::Unavailable(e.to_string()))?;
+            Ok(captured)
+        })
+    }
+}
+
+/// A boxed future, for the engine's orchestration helpers.
+pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;

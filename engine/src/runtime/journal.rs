@@ -1,0 +1,79 @@
+//! The engine's write-ahead-log record: everything one command changed, on one shard.
+//!
+//! The `wal` crate stores opaque bytes; this module gives them meaning. One command is one WAL
+//! record, so a command is atomic: its events, and the idempotency entry that remembers its
+//! answer, become durable together or not at all.
+//!
+//! | offset | size | field                                                               |
+//! |--------|------|---------------------------------------------------------------------|
+//! | 0      | 1    | journal format version (`1`)                                        |
+//! | 1      | n    | postcard encoding of [`JournalEntry`]                               |
+//!
+//! [`JournalEntry::events`] are the shard's domain events (see [`crate::event`]).
+//! [`JournalEntry::idempotency`] remembers the rendered answer to a request that carried an
+//! idempotency key, so a retry after a restart gets the same answer.
+
+use serde::{Deserialize, Serialize};
+
+use crate::directory::DirectoryEvent;
+use crate::error::DecodeError;
+use crate::event::Event;
+
+/// Version byte at the start of every journal entry.
+pub const JOURNAL_FORMAT_VERSION: u8 = 1;
+
+/// Who asked, under which key, for what, and what they were answered.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IdempotencyRecord {
+    /// The caller's identity as the API names it (`customer:7`, `employee:3`, a client address).
+    pub caller: String,
+    /// The client's idempotency key.
+    pub key: String,
+    /// Digest of what was asked (route, target, body): a retry must match it.
+    pub fingerprint: [u8; 32],
+    /// When the answer was decided, unix milliseconds (keys are kept at least 24 h after it).
+    pub at_ms: i64,
+    /// Which operation asked, so the [`super::Renderer`] can render its answer (also at recovery).
+    pub route: u16,
+    /// The rendered answer, opaque to the engine; `None` while a multi-step command is unfinished.
+    pub response: Option<Vec<u8>>,
+    /// The cross-shard transfer whose first step logged this key as pending (recovery finishes
+    /// the transfer and records the answer).
+    pub transfer_uuid: Option<crate::ids::Uuid>,
+}
+
+/// Everything one command wrote.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JournalEntry {
+    /// The shard whose state the events change.
+    pub shard: u32,
+    pub events: Vec<Event>,
+    /// Identity events; only shard 0 hosts the directory.
+    pub directory: Vec<DirectoryEvent>,
+    pub idempotency: Option<IdempotencyRecord>,
+}
+
+impl JournalEntry {
+    /// Encodes the entry as one WAL record.
+    #[must_use]
+    pub fn encode(&self) -> Vec<u8> {
+        postcard::to_extend(self, vec![JOURNAL_FORMAT_VERSION]).unwrap_or_default()
+    }
+
+    /// Decodes and validates a WAL record. Never panics, whatever the bytes.
+    pub fn decode(bytes: &[u8]) -> Result<Self, DecodeError> {
+        let (version, body) = bytes.split_first().ok_or(DecodeError::Empty)?;
+        if *version != JOURNAL_FORMAT_VERSION {
+            return Err(DecodeError::UnsupportedVersion(*version));
+        }
+        let (entry, rest): (JournalEntry, &[u8]) = postcard::take_from_bytes(body)
+            .map_err(|error| DecodeError::Malformed(error.to_string()))?;
+        if !rest.is_empty() {
+            return Err(DecodeError::TrailingBytes(rest.len()));
+        }
+        for event in &entry.events {
+            event.validate().map_err(DecodeError::Invalid)?;
+        }
+        Ok(entry)
+    }
+}

@@ -1,0 +1,826 @@
+//! The engine at run time: shard actors, the write-ahead log, recovery and snapshots.
+//!
+//! # Layout
+//! - [`Engine`]: the handle the API holds. Routes each command to the shard that owns its wallet,
+//!   orchestrates cross-shard transfers, keeps idempotency, takes snapshots.
+//! - [`actor`]: the shard actor (one per actix Arbiter thread) that owns one [`Shard`].
+//! - [`journal`]: the WAL record of one command. [`idempotency`]: the key table.
+//! - [`recovery`]: open = load the newest snapshot, replay the log after it, finish half-done
+//!   cross-shard transfers. [`image`]: the snapshot payload.
+//! - [`clock`]: where time and randomness come from (logged, never recomputed).
+//!
+//! # Threads
+//! The WAL writer is its own thread. Each shard actor runs on its own Arbiter (a current-thread
+//! tokio runtime). One more Arbiter, the *orchestrator*, runs every request the API submits: a
+//! request runs to its end there even if the HTTP client goes away, because actix skips a queued
+//! message whose requester has dropped its reply channel (notes/dependencies.md §1) and a transfer
+//! must never stop halfway because a client hung up.
+//!
+//! # Cross-shard transfers
+//! With one shard (the default) a transfer is one command and one WAL record: atomic. When the
+//! two wallets live on different shards the transfer takes durable steps:
+//! 1. *reserve* on the source shard: the source is debited into the shard's in-transit account
+//!    and the transfer is recorded as reserved (with the request's idempotency key, pending);
+//! 2. *credit* on the target shard: the target is credited from its in-transit account; the
+//!    target records the transfer's uuid, so a repeated credit is a no-op;
+//! 3. *finalize* on the source shard (with the request's answer), or, if the target refused the
+//!    credit (frozen, wrong currency), *release*: the source is credited back.
+//!
+//! Recovery finishes every transfer found reserved and not settled: it repeats the credit (a
+//! no-op if it had happened) and finalizes, or releases if the target refuses. So after any crash
+//! every transfer has posted both legs or none (ARCHITECTURE.md invariant 4).
+
+pub mod actor;
+pub mod clock;
+pub mod idempotency;
+pub mod image;
+pub mod journal;
+pub mod recovery;
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use actix::{Addr, ArbiterHandle};
+
+use self::actor::{
+    Answer, Capture, Claim, Execute, ExecuteDirectory, Executed, Read, ReadDirectory, ShardActor,
+};
+use self::clock::Clock;
+use self::idempotency::{Begin, IdempotencyTable};
+use self::journal::IdempotencyRecord;
+use crate::command::{Command, CreateWallet, Outcome, TransferArgs, TransferCredit};
+use crate::currency::Currency;
+use crate::directory::{Customer, Directory, DirectoryCommand, DirectoryEvent};
+use crate::error::Rejection;
+use crate::ids::{shard_of, Uuid, WalletId};
+use crate::shard::Shard;
+use crate::view::WalletView;
+use crate::wallet::{OwnerType, WalletType};
+
+pub use self::recovery::{OpenError, RecoveryReport};
+
+/// Renders the answer to an idempotent request. The bytes are logged with the command and
+/// replayed verbatim to retries, so rendering must be a pure function of `(route, result)`.
+/// The API supplies it; the engine never looks inside.
+pub trait Renderer: Send + Sync + 'static {
+    fn render(&self, route: u16, result: &Result<Outcome, Rejection>) -> Vec<u8>;
+}
+
+/// Settings of an engine.
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    /// The WAL and snapshots live in `data_dir/wal`.
+    pub data_dir: PathBuf,
+    /// Shard actors (one Arbiter thread each). Fixed for the life of a data directory.
+    pub shard_count: u32,
+    pub wal: wal::Options,
+    /// Messages a shard's mailbox holds before senders wait (back-pressure).
+    pub mailbox_capacity: usize,
+    /// How often each shard expires overdue holds.
+    pub hold_tick: Duration,
+    /// Take a snapshot after this many records since the last one (0: only on demand).
+    pub snapshot_every_records: u64,
+}
+
+impl EngineConfig {
+    /// Defaults for a data directory: one shard, durable log, snapshot every 1M records.
+    #[must_use]
+    pub fn new(data_dir: impl Into<PathBuf>) -> Self {
+        EngineConfig {
+            data_dir: data_dir.into(),
+            shard_count: 1,
+            wal: wal::Options::default(),
+            mailbox_capacity: 4096,
+            hold_tick: Duration::from_secs(1),
+            snapshot_every_records: 1_000_000,
+        }
+    }
+
+    /// The WAL's directory.
+    #[must_use]
+    pub fn wal_dir(&self) -> PathBuf {
+        self.data_dir.join("wal")
+    }
+}
+
+/// Why the engine did not do what was asked.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum EngineError {
+    /// The business rules refused the command; nothing changed.
+    #[error(transparent)]
+    Rejected(#[from] Rejection),
+    /// The idempotency key was used before for a different request.
+    #[error("the idempotency key was already used for a different request")]
+    IdempotencyKeyReused,
+    /// A request with this idempotency key is still being processed.
+    #[error("a request with this idempotency key is still in progress")]
+    IdempotencyInFlight,
+    /// The engine cannot serve (log poisoned, shard stopped, shutting down). Retry after restart.
+    #[error("the ledger is unavailable: {0}")]
+    Unavailable(String),
+}
+
+/// Who asked, under which key, for what (the API computes the fingerprint).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IdempotencyKey {
+    pub caller: String,
+    pub key: String,
+    pub fingerprint: [u8; 32],
+    /// Passed back to the [`Renderer`].
+    pub route: u16,
+}
+
+/// The answer to an idempotent request: the rendered bytes, and whether they are a replay.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reply {
+    pub response: Vec<u8>,
+    pub replayed: bool,
+}
+
+struct Inner {
+    shards: Vec<Addr<ShardActor>>,
+    orchestrator: ArbiterHandle,
+    wal: wal::Wal,
+    clock: Arc<dyn Clock>,
+    idempotency: Arc<IdempotencyTable>,
+    config: EngineConfig,
+    system: actix::System,
+    actors: Mutex<Option<JoinHandle<()>>>,
+    /// Records appended at the last snapshot, to trigger the next.
+    snapshot_state: Mutex<SnapshotState>,
+}
+
+#[derive(Default)]
+struct SnapshotState {
+    last_lsn: u64,
+    running: bool,
+}
+
+/// The engine handle: cheap to clone, all clones share the same shards and log.
+#[derive(Clone)]
+pub struct Engine {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine")
+            .field("shards", &self.inner.shards.len())
+            .field("wal", &self.inner.wal)
+            .finish()
+    }
+}
+
+fn unavailable(error: impl std::fmt::Display) -> EngineError {
+    EngineError::Unavailable(error.to_string())
+}
+
+impl Engine {
+    /// Opens the data directory: recovers state from snapshot and log, starts the shards, and
+    /// finishes any cross-shard transfer a crash interrupted. See [`recovery`].
+    pub fn open(
+        config: EngineConfig,
+        clock: Arc<dyn Clock>,
+        renderer: Arc<dyn Renderer>,
+    ) -> Result<(Engine, RecoveryReport), OpenError> {
+        recovery::open(config, clock, renderer)
+    }
+
+    /// Shard that owns `wallet_id`.
+    #[must_use]
+    pub fn shard_of_wallet(&self, wallet_id: WalletId) -> u32 {
+        shard_of(wallet_id.0, self.shard_count())
+    }
+
+    /// Number of shards.
+    #[must_use]
+    pub fn shard_count(&self) -> u32 {
+        self.inner.shards.len() as u32
+    }
+
+    /// The log's last and durable LSNs.
+    #[must_use]
+    pub fn lsns(&self) -> (u64, u64) {
+        (self.inner.wal.last_lsn(), self.inner.wal.durable_lsn())
+    }
+
+    /// The log's writer counters.
+    #[must_use]
+    pub fn wal_stats(&self) -> wal::StatsSnapshot {
+        self.inner.wal.stats()
+    }
+
+    /// The clock commands are stamped with.
+    #[must_use]
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.inner.clock
+    }
+
+    /// Runs `work` on the orchestrator Arbiter, so it finishes even if the caller stops waiting.
+    async fn detached<T, F>(&self, work: F) -> Result<T, EngineError>
+    where
+        T: Send + 'static,
+        F: std::future::Future<Output = Result<T, EngineError>> + Send + 'static,
+    {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let spawned = self.inner.orchestrator.spawn(async move {
+            let _ = tx.send(work.await);
+        });
+        if !spawned {
+            return Err(EngineError::Unavailable(
+                "the engine is shutting down".into(),
+            ));
+        }
+        rx.await
+            .map_err(|_| EngineError::Unavailable("the engine stopped".into()))?
+    }
+
+    /// Executes a command and returns its outcome once durable.
+    pub async fn execute(&self, command: Command) -> Result<Outcome, EngineError> {
+        let engine = self.clone();
+        self.detached(async move {
+            let executed = engine.dispatch(command, None).await?;
+            executed.result.map_err(EngineError::Rejected)
+        })
+        .await
+    }
+
+    /// Executes a command under an idempotency key. A repeat of the same request gets the first
+    /// answer again (`replayed`); another request under the same key, or one while the first is
+    /// still running, is refused.
+    pub async fn execute_idempotent(
+        &self,
+        command: Command,
+        key: IdempotencyKey,
+    ) -> Result<Reply, EngineError> {
+        let table = &self.inner.idempotency;
+        match table.begin(
+            &key.caller,
+            &key.key,
+            key.fingerprint,
+            self.inner.wal.durable_lsn(),
+        ) {
+            Begin::Replay(response) => {
+                return Ok(Reply {
+                    response,
+                    replayed: true,
+                })
+            }
+            Begin::Reused => return Err(EngineError::IdempotencyKeyReused),
+            Begin::InFlight => return Err(EngineError::IdempotencyInFlight),
+            Begin::Fresh => {}
+        }
+        let record = IdempotencyRecord {
+            caller: key.caller.clone(),
+            key: key.key.clone(),
+            fingerprint: key.fingerprint,
+            at_ms: self.inner.clock.now_ms(),
+            route: key.route,
+            response: None,
+            transfer_uuid: None,
+        };
+        let engine = self.clone();
+        let outcome = self
+            .detached(async move { engine.dispatch(command, Some(record)).await })
+            .await;
+        match outcome {
+            Ok(Executed {
+                response: Some(response),
+                ..
+            }) => Ok(Reply {
+                response,
+                replayed: false,
+            }),
+            Ok(Executed { response: None, .. }) => Err(EngineError::Unavailable(
+                "the command's answer was not recorded".into(),
+            )),
+            Err(error) => {
+                // Nothing durable carries the key: free it so a retry can run.
+                if matches!(error, EngineError::Unavailable(_)) {
+                    table.abandon(&key.caller, &key.key);
+                }
+                Err(error)
+            }
+        }
+    }
+
+    /// Reads the state of the shard that owns `wallet_id`. The answer waits until everything the
+    /// shard had logged when it was computed is durable.
+    pub async fn read_wallet<R, F>(&self, wallet_id: WalletId, read: F) -> Result<R, EngineError>
+    where
+        R: Send + 'static,
+        F: FnOnce(&Shard) -> R + Send + 'static,
+    {
+        self.read_shard(self.shard_of_wallet(wallet_id), read).await
+    }
+
+    /// Reads one shard's state (see [`Engine::read_wallet`]).
+    pub async fn read_shard<R, F>(&self, shard: u32, read: F) -> Result<R, EngineError>
+    where
+        R: Send + 'static,
+        F: FnOnce(&Shard) -> R + Send + 'static,
+    {
+        let addr = self.addr(shard)?;
+        addr.send(Read(Box::new(read))).await.map_err(unavailable)?
+    }
+
+    /// Reads every shard with the same function, in shard order.
+    pub async fn read_all<R, F>(&self, read: F) -> Result<Vec<R>, EngineError>
+    where
+        R: Send + 'static,
+        F: Fn(&Shard) -> R + Send + Sync + Clone + 'static,
+    {
+        let mut results = Vec::with_capacity(self.inner.shards.len());
+        for shard in 0..self.shard_count() {
+            let read = read.clone();
+            results.push(self.read_shard(shard, move |s| read(s)).await?);
+        }
+        Ok(results)
+    }
+
+    fn addr(&self, shard: u32) -> Result<&Addr<ShardActor>, EngineError> {
+        self.inner
+            .shards
+            .get(shard as usize)
+            .ok_or_else(|| EngineError::Unavailable(format!("no shard {shard}")))
+    }
+
+    async fn send(
+        &self,
+        shard: u32,
+        command: Command,
+        claim: Option<Claim>,
+    ) -> Result<Executed, EngineError> {
+        let message = Execute {
+            command,
+            context: self.inner.clock.context(),
+            claim,
+        };
+        let executed = self
+            .addr(shard)?
+            .send(message)
+            .await
+            .map_err(unavailable)??;
+        self.maybe_snapshot();
+        Ok(executed)
+    }
+
+    /// Routes a command to its shard (or runs the cross-shard protocol).
+    async fn dispatch(
+        &self,
+        command: Command,
+        record: Option<IdempotencyRecord>,
+    ) -> Result<Executed, EngineError> {
+        if let Command::Transfer(args) = &command {
+            let source = self.shard_of_wallet(args.source_wallet_id);
+            let target = self.shard_of_wallet(args.target_wallet_id);
+            if source != target {
+                return self.transfer_across(args.clone(), record).await;
+            }
+        }
+        let shard = self.route(&command).await?;
+        let claim = record.map(|record| Claim {
+            record,
+            answer: Answer::Result,
+        });
+        self.send(shard, command, claim).await
+    }
+
+    /// The shard a command belongs to. Commands naming a hold or transaction by uuid are sent to
+    /// the shard that has it (shard 0 when none does, which then refuses with `not_found`).
+    async fn route(&self, command: &Command) -> Result<u32, EngineError> {
+        let count = self.shard_count();
+        let by_wallet = |wallet_id: WalletId| shard_of(wallet_id.0, count);
+        Ok(match command {
+            Command::CreateWallet(create) => owner_shard(create.owner_id, count),
+            Command::FreezeWallet { wallet_id }
+            | Command::UnfreezeWallet { wallet_id }
+            | Command::VerifyIntegrity { wallet_id } => by_wallet(*wallet_id),
+            Command::Deposit(movement) | Command::Withdraw(movement) => {
+                by_wallet(movement.wallet_id)
+            }
+            Command::Transfer(args) | Command::TransferReserve(args) => {
+                by_wallet(args.source_wallet_id)
+            }
+            Command::TransferCredit(credit) => by_wallet(credit.target_wallet_id),
+            Command::PlaceHold(hold) => by_wallet(hold.wallet_id),
+            Command::ReleaseHold { hold_uuid } => {
+                self.find(*hold_uuid, |s, u| s.locate_hold(u).is_some())
+                    .await?
+            }
+            Command::CaptureHold(capture) => {
+                self.find(capture.hold_uuid, |s, u| s.locate_hold(u).is_some())
+                    .await?
+            }
+            Command::Refund(refund) => {
+                self.find(refund.original_transaction_uuid, |s, u| {
+                    s.locate_transaction(u).is_some()
+                })
+                .await?
+            }
+            Command::Reverse {
+                transaction_uuid, ..
+            } => {
+                self.find(*transaction_uuid, |s, u| s.locate_transaction(u).is_some())
+                    .await?
+            }
+            Command::TransferFinalize { transfer_uuid }
+            | Command::TransferRelease { transfer_uuid } => {
+                self.find(*transfer_uuid, |s, u| s.outgoing_transfer(u).is_some())
+                    .await?
+            }
+            _ => 0,
+        })
+    }
+
+    /// The shard for which `has(shard, uuid)` holds; 0 when none.
+    pub async fn find(
+        &self,
+        uuid: Uuid,
+        has: fn(&Shard, Uuid) -> bool,
+    ) -> Result<u32, EngineError> {
+        if self.shard_count() == 1 {
+            return Ok(0);
+        }
+        for shard in 0..self.shard_count() {
+            if self.read_shard(shard, move |s| has(s, uuid)).await? {
+                return Ok(shard);
+            }
+        }
+        Ok(0)
+    }
+
+    /// The cross-shard transfer protocol (see the module docs).
+    async fn transfer_across(
+        &self,
+        args: TransferArgs,
+        record: Option<IdempotencyRecord>,
+    ) -> Result<Executed, EngineError> {
+        let source = self.shard_of_wallet(args.source_wallet_id);
+        let claim = record.clone().map(|record| Claim {
+            record,
+            answer: Answer::RejectionOnly,
+        });
+        let reserved = self
+            .send(source, Command::TransferReserve(args), claim)
+            .await?;
+        let transfer = match reserved.result {
+            Ok(Outcome::TransferReserved { transfer, .. }) => transfer,
+            Ok(other) => {
+                return Err(EngineError::Unavailable(format!(
+                    "transfer reserve answered {other:?}"
+                )))
+            }
+            Err(rejection) => {
+                return Ok(Executed {
+                    result: Err(rejection),
+                    response: reserved.response,
+                })
+            }
+        };
+        self.complete_transfer(
+            transfer.uuid,
+            transfer.target_wallet_id,
+            TransferCredit::for_transfer(&transfer),
+            record,
+        )
+        .await
+    }
+
+    /// Steps 2 and 3 of a cross-shard transfer; also what recovery runs for a reserved one.
+    pub(crate) async fn complete_transfer(
+        &self,
+        transfer_uuid: Uuid,
+        target_wallet_id: WalletId,
+        credit: TransferCredit,
+        record: Option<IdempotencyRecord>,
+    ) -> Result<Executed, EngineError> {
+        let source = self
+            .find(transfer_uuid, |s, u| s.outgoing_transfer(u).is_some())
+            .await?;
+        let target = self.shard_of_wallet(target_wallet_id);
+        let credited = self
+            .send(target, Command::TransferCredit(credit), None)
+            .await?;
+        let debit_uuid = self
+            .read_shard(source, move |s| {
+                let transfer = s.outgoing_transfer(transfer_uuid)?;
+                let wallet = s.wallet(transfer.source_wallet_id)?;
+                Some(wallet.transaction(transfer.transaction_id)?.uuid)
+            })
+            .await?;
+        let (command, answer) = match credited.result {
+            Ok(_) => (
+                Command::TransferFinalize { transfer_uuid },
+                debit_uuid.map_or(Answer::Result, Answer::Transaction),
+            ),
+            Err(rejection) => (
+                Command::TransferRelease { transfer_uuid },
+                Answer::Rejected(rejection),
+            ),
+        };
+        let refused = match &answer {
+            Answer::Rejected(rejection) => Some(rejection.clone()),
+            _ => None,
+        };
+        let claim = record.map(|record| Claim { record, answer });
+        let settled = self.send(source, command, claim).await?;
+        if let Err(rejection) = settled.result {
+            return Err(EngineError::Unavailable(format!(
+                "settling transfer {transfer_uuid} failed: {rejection}"
+            )));
+        }
+        let result = match (refused, debit_uuid) {
+            (Some(rejection), _) => Err(rejection),
+            (None, Some(uuid)) => {
+                let view = self
+                    .read_shard(source, move |s| s.transaction_view(uuid))
+                    .await?;
+                view.map(Outcome::Transaction)
+            }
+            (None, None) => Err(Rejection::NotFound("transfer transaction")),
+        };
+        Ok(Executed {
+            result,
+            response: settled.response,
+        })
+    }
+
+    /// Changes the directory (identities); returns the created record's event.
+    pub async fn directory(
+        &self,
+        command: DirectoryCommand,
+    ) -> Result<DirectoryEvent, EngineError> {
+        let engine = self.clone();
+        self.detached(async move {
+            let message = ExecuteDirectory {
+                command,
+                context: engine.inner.clock.context(),
+            };
+            engine
+                .addr(0)?
+                .send(message)
+                .await
+                .map_err(unavailable)??
+                .map_err(EngineError::Rejected)
+        })
+        .await
+    }
+
+    /// Reads the directory; the answer waits until what it shows is durable.
+    pub async fn read_directory<R, F>(&self, read: F) -> Result<R, EngineError>
+    where
+        R: Send + 'static,
+        F: FnOnce(&Directory) -> R + Send + 'static,
+    {
+        self.addr(0)?
+            .send(ReadDirectory(Box::new(read)))
+            .await
+            .map_err(unavailable)?
+    }
+
+    /// Registers a customer and opens their primary wallet (`currency`, owned by the platform
+    /// business 1). Two durable steps; recovery opens the wallet if a crash fell between them.
+    pub async fn register_customer(
+        &self,
+        name: String,
+        phone: String,
+        email: Option<String>,
+        password_hash: String,
+        currency: Currency,
+    ) -> Result<(Customer, WalletView), EngineError> {
+        let engine = self.clone();
+        self.detached(async move {
+            let command = DirectoryCommand::RegisterCustomer {
+                name,
+                phone,
+                email,
+                password_hash,
+            };
+            let DirectoryEvent::CustomerRegistered(customer) = engine.directory(command).await?
+            else {
+                return Err(EngineError::Unavailable(
+                    "registration recorded something else".into(),
+                ));
+            };
+            let wallet = engine.open_primary_wallet(customer.id, currency).await?;
+            Ok((customer, wallet))
+        })
+        .await
+    }
+
+    /// Opens a customer's primary wallet (business 1), or returns the existing one.
+    pub(crate) async fn open_primary_wallet(
+        &self,
+        customer_id: u64,
+        currency: Currency,
+    ) -> Result<WalletView, EngineError> {
+        let create = CreateWallet {
+            owner_type: OwnerType::Customer,
+            owner_id: customer_id,
+            currency,
+            wallet_type: WalletType::Primary,
+            business_id: 1,
+            branch_id: 0,
+            meta: None,
+        };
+        let shard = owner_shard(customer_id, self.shard_count());
+        let existing = self
+            .read_shard(shard, move |s| {
+                let id = s.wallet_of_owner(
+                    OwnerType::Customer,
+                    customer_id,
+                    currency,
+                    WalletType::Primary,
+                )?;
+                s.wallet_view(id).ok()
+            })
+            .await?;
+        if let Some(wallet) = existing {
+            return Ok(wallet);
+        }
+        match self
+            .send(shard, Command::CreateWallet(create), None)
+            .await?
+            .result
+        {
+            Ok(Outcome::Wallet(wallet)) => Ok(wallet),
+            Ok(other) => Err(EngineError::Unavailable(format!(
+                "wallet creation answered {other:?}"
+            ))),
+            Err(rejection) => Err(EngineError::Rejected(rejection)),
+        }
+    }
+
+    /// Expires every overdue hold on every shard now (the shards also do it on a timer), and
+    /// returns how many expired.
+    pub async fn expire_holds(&self) -> Result<usize, EngineError> {
+        let mut expired = 0;
+        for shard in 0..self.shard_count() {
+            let command = Command::ExpireHolds {
+                max_holds: crate::command::EXPIRE_BATCH_MAX,
+            };
+            if let Ok(Outcome::HoldsExpired { count }) =
+                self.send(shard, command, None).await?.result
+            {
+                expired += count;
+            }
+        }
+        Ok(expired)
+    }
+
+    /// Takes a snapshot now: captures every shard (each pauses only to clone its state), then
+    /// serialises and writes on the calling thread. Returns the LSN the snapshot covers.
+    pub async fn snapshot(&self) -> Result<u64, EngineError> {
+        {
+            let mut state = self
+                .inner
+                .snapshot_state
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if state.running {
+                return Err(EngineError::Unavailable(
+                    "a snapshot is already being taken".into(),
+                ));
+            }
+            state.running = true;
+        }
+        let result = self.snapshot_inner().await;
+        let mut state = self
+            .inner
+            .snapshot_state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        state.running = false;
+        if let Ok(lsn) = &result {
+            state.last_lsn = *lsn;
+        }
+        result
+    }
+
+    async fn snapshot_inner(&self) -> Result<u64, EngineError> {
+        let mut captures = Vec::with_capacity(self.inner.shards.len());
+        let mut directory = Directory::new();
+        for addr in &self.inner.shards {
+            let captured = addr.send(Capture).await.map_err(unavailable)??;
+            if let Some(captured_directory) = captured.directory {
+                directory = captured_directory;
+            }
+            captures.push((captured.covered_lsn, captured.shard));
+        }
+        let durable = self.inner.wal.durable_lsn();
+        let cutoff = self.inner.clock.now_ms() - idempotency::RETENTION_MS;
+        let keys = self.inner.idempotency.durable_records(cutoff, durable);
+        self.inner.idempotency.purge_before(cutoff);
+        let wal = self.inner.wal.clone();
+        let covered = captures.iter().map(|(lsn, _)| *lsn).min().unwrap_or(0);
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        std::thread::Builder::new()
+            .name("snapshot".into())
+            .spawn(move || {
+                let started = std::time::Instant::now();
+                let payload = image::encode(&captures, &directory, &keys);
+                let written = wal.checkpoint(covered, &payload);
+                drop(wal);
+                if let Ok(path) = &written {
+                    tracing::info!(snapshot = %path.display(), covered_lsn = covered, bytes = payload.len(), took_ms = started.elapsed().as_millis() as u64, "snapshot written");
+                }
+                let _ = tx.send(written.map(|_| covered).map_err(unavailable));
+            })
+            .map_err(unavailable)?;
+        rx.await.map_err(unavailable)?
+    }
+
+    /// Starts a snapshot in the background when enough records were logged since the last one.
+    fn maybe_snapshot(&self) {
+        let every = self.inner.config.snapshot_every_records;
+        if every == 0 {
+            return;
+        }
+        let last = self.inner.wal.last_lsn();
+        {
+            let state = self
+                .inner
+                .snapshot_state
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if state.running || last < state.last_lsn + every {
+                return;
+            }
+        }
+        let engine = self.clone();
+        self.inner.orchestrator.spawn(async move {
+            if let Err(error) = engine.snapshot().await {
+                tracing::warn!(%error, "periodic snapshot failed");
+            }
+        });
+    }
+
+    /// Checks every invariant of every shard, and double entry across shards: per currency the
+    /// entries of all shards sum to zero. Returns the first violation found, described.
+    pub async fn check_invariants(&self) -> Result<(), String> {
+        let checks = self
+            .read_all(|s| {
+                (
+                    s.check_invariants().map_err(|v| v.to_string()),
+                    s.entry_sums_by_currency(),
+                )
+            })
+            .await
+            .map_err(|e| e.to_string())?;
+        let mut totals: std::collections::BTreeMap<
+            crate::currency::Currency,
+            rust_decimal::Decimal,
+        > = std::collections::BTreeMap::new();
+        for (shard, (check, sums)) in checks.into_iter().enumerate() {
+            check.map_err(|v| format!("shard {shard}: {v}"))?;
+            for (currency, sum) in sums {
+                let sum = sum
+                    .ok_or_else(|| format!("shard {shard}: {} sum overflowed", currency.code()))?;
+                *totals.entry(currency).or_default() += sum;
+            }
+        }
+        for (currency, total) in totals {
+            if !total.is_zero() {
+                return Err(format!(
+                    "entries in {} across all shards sum to {total}, not zero",
+                    currency.code()
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Stops the shards, makes the log durable and closes it. Requests still queued fail.
+    pub fn shutdown(self) -> Result<(), EngineError> {
+        self.inner.system.stop();
+        if let Some(handle) = self
+            .inner
+            .actors
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take()
+        {
+            let _ = handle.join();
+        }
+        self.inner
+            .wal
+            .sync()
+            .wait()
+            .map(|_| ())
+            .map_err(unavailable)
+    }
+}
+
+/// Shard for a new wallet: all of one owner's wallets live on one shard, so the rule "one wallet
+/// per owner, currency and type" is checked by one shard alone.
+#[must_use]
+pub fn owner_shard(owner_id: u64, shard_count: u32) -> u32 {
+    if shard_count <= 1 {
+        return 0;
+    }
+    ((owner_id.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) % u64::from(shard_count)) as u32
+}

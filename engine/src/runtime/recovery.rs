@@ -1,0 +1,365 @@
+//! Opening an engine: recover, start, finish what a crash left half-done.
+//!
+//! 1. Load the newest valid snapshot (a corrupt newest one falls back to the previous, loudly).
+//! 2. Open the log, which cuts a torn tail and refuses on corruption elsewhere, and replay every
+//!    record after the snapshot in LSN order: a record for shard `s` is applied only if its LSN is
+//!    above the LSN shard `s`'s image covers. Events carry every id, timestamp and hash, so replay
+//!    recomputes nothing and rebuilds the same state byte for byte (invariant 6).
+//! 3. Refuse a snapshot that covers more than the log holds (a log restored from an older copy).
+//! 4. Start the shard actors, then finish every cross-shard transfer found reserved but not
+//!    settled (credit, then finalize; release if the target refuses), recording the pending
+//!    idempotency answer of each (invariant 4).
+//!
+//! Restart cost grows with the log written since the snapshot, not with history (invariant 7).
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use actix::Actor;
+
+use super::actor::ShardActor;
+use super::clock::Clock;
+use super::idempotency::IdempotencyTable;
+use super::journal::JournalEntry;
+use super::{image, Engine, EngineConfig, EngineError, Inner, Renderer, SnapshotState};
+use crate::command::TransferCredit;
+use crate::currency::Currency;
+use crate::directory::Directory;
+use crate::shard::Shard;
+
+/// What opening found and did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecoveryReport {
+    /// LSN covered by the snapshot loaded (the oldest of its shards), if one was.
+    pub snapshot_lsn: Option<u64>,
+    pub records_replayed: u64,
+    pub events_replayed: u64,
+    /// The log's last LSN after recovery.
+    pub last_lsn: u64,
+    pub wallets: usize,
+    /// Cross-shard transfers a crash had left reserved, now settled.
+    pub transfers_completed: usize,
+    /// A torn tail that was cut: segment, offset, reason.
+    pub torn_tail: Option<String>,
+    pub elapsed: Duration,
+}
+
+/// Why an engine could not open. Each says what to look at.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum OpenError {
+    #[error("invalid configuration: {0}")]
+    Config(String),
+    #[error(transparent)]
+    Wal(#[from] wal::Error),
+    #[error("snapshot {path} cannot be used: {reason}")]
+    Snapshot { path: String, reason: String },
+    #[error("cannot start the shard actors: {0}")]
+    Start(String),
+    #[error("cannot finish interrupted transfers: {0}")]
+    Complete(EngineError),
+}
+
+pub(crate) fn open(
+    config: EngineConfig,
+    clock: Arc<dyn Clock>,
+    renderer: Arc<dyn Renderer>,
+) -> Result<(Engine, RecoveryReport), OpenError> {
+    let started = Instant::now();
+    let count = config.shard_count;
+    if !(1..=256).contains(&count) {
+        return Err(OpenError::Config(format!(
+            "shard count {count} is not within 1..=256"
+        )));
+    }
+    let dir = config.wal_dir();
+    std::fs::create_dir_all(&dir).map_err(|e| {
+        OpenError::Wal(wal::Error::Io {
+            context: format!("create {}", dir.display()),
+            source: e,
+        })
+    })?;
+
+    // 1. The snapshot.
+    let snapshot = wal::snapshot::load_newest(&wal::fs::StdFs, &dir)?;
+    let table = IdempotencyTable::new();
+    let mut directory = Directory::new();
+    let (mut shards, covered): (Vec<Shard>, Vec<u64>) = match &snapshot {
+        Some(found) => {
+            let path = found.path.display().to_string();
+            let decoded = image::decode(&found.payload).map_err(|e| OpenError::Snapshot {
+                path: path.clone(),
+                reason: e.to_string(),
+            })?;
+            if decoded.shards.len() != count as usize {
+                return Err(OpenError::Snapshot {
+                    path,
+                    reason: format!(
+                        "it holds {} shards but the configured shard count is {count}; the shard count of a data directory cannot change",
+                        decoded.shards.len()
+                    ),
+                });
+            }
+            for record in &decoded.idempotency {
+                table.record(record, 0);
+            }
+            directory = decoded.directory;
+            decoded
+                .shards
+                .into_iter()
+                .map(|(lsn, shard)| (shard, lsn))
+                .unzip()
+        }
+        None => {
+            let mut fresh = Vec::with_capacity(count as usize);
+            for index in 0..count {
+                fresh.push(
+                    Shard::new(index, count)
+                        .ok_or_else(|| OpenError::Config("bad shard index".into()))?,
+                );
+            }
+            (fresh, vec![0; count as usize])
+        }
+    };
+    let snapshot_lsn = snapshot
+        .as_ref()
+        .map(|_| covered.iter().copied().min().unwrap_or(0));
+
+    // 2. Replay.
+    let replay_from = covered.iter().copied().min().unwrap_or(0) + 1;
+    let mut events_replayed = 0u64;
+    let mut visit = |record: wal::RecordRef<'_>| -> wal::Result<()> {
+        let refuse = |reason: String| wal::Error::Replay {
+            lsn: record.lsn,
+            reason,
+        };
+        let entry = JournalEntry::decode(record.payload)
+            .map_err(|e| refuse(format!("undecodable entry: {e}")))?;
+        let index = entry.shard as usize;
+        let (Some(shard), Some(&covered_lsn)) = (shards.get_mut(index), covered.get(index)) else {
+            return Err(refuse(format!(
+                "entry for shard {} but there are {count} shards",
+                entry.shard
+            )));
+        };
+        if record.lsn <= covered_lsn {
+            return Ok(());
+        }
+        shard
+            .apply_all(&entry.events)
+            .map_err(|e| refuse(format!("shard {index}: {e}")))?;
+        if !entry.directory.is_empty() && index != 0 {
+            return Err(refuse(format!(
+                "directory events on shard {index}; only shard 0 hosts the directory"
+            )));
+        }
+        for event in &entry.directory {
+            directory
+                .apply(event)
+                .map_err(|e| refuse(format!("directory: {e}")))?;
+        }
+        events_replayed += (entry.events.len() + entry.directory.len()) as u64;
+        if let Some(key) = &entry.idempotency {
+            table.record(key, record.lsn);
+        }
+        Ok(())
+    };
+    let (wal, recovered) = wal::Wal::open_with(
+        Arc::new(wal::fs::StdFs),
+        &dir,
+        config.wal.clone(),
+        replay_from,
+        &mut visit,
+    )?;
+
+    // 3. The log must reach at least as far as the snapshot.
+    let newest_covered = covered.iter().copied().max().unwrap_or(0);
+    if recovered.last_lsn < newest_covered {
+        return Err(OpenError::Snapshot {
+            path: snapshot.map(|s| s.path.display().to_string()).unwrap_or_default(),
+            reason: format!(
+                "it covers LSN {newest_covered} but the log ends at LSN {}: the log is older than the snapshot",
+                recovered.last_lsn
+            ),
+        });
+    }
+
+    // 4. Start, then finish interrupted transfers.
+    let pending: Vec<_> = shards
+        .iter()
+        .flat_map(Shard::pending_outgoing_transfers)
+        .collect();
+    let wallets = shards.iter().map(Shard::wallet_count).sum();
+    let primary =
+        Currency::from_code(PRIMARY_CURRENCY).map_err(|e| OpenError::Config(e.to_string()))?;
+    let without_wallet: Vec<u64> = directory
+        .customers()
+        .map(|c| c.id)
+        .filter(|&id| {
+            shards
+                .get(super::owner_shard(id, count) as usize)
+                .is_none_or(|shard| {
+                    shard
+                        .wallet_of_owner(
+                            crate::wallet::OwnerType::Customer,
+                            id,
+                            primary,
+                            crate::wallet::WalletType::Primary,
+                        )
+                        .is_none()
+                })
+        })
+        .collect();
+    let table = Arc::new(table);
+    let engine = start(
+        config,
+        shards,
+        directory,
+        wal,
+        clock,
+        table.clone(),
+        renderer,
+    )?;
+    for transfer in &pending {
+        let record = table.pending_for_transfer(transfer.uuid);
+        let credit = TransferCredit::for_transfer(transfer);
+        block_on(engine.complete_transfer(
+            transfer.uuid,
+            transfer.target_wallet_id,
+            credit,
+            record,
+        ))
+        .map_err(OpenError::Complete)?;
+        tracing::info!(transfer = %transfer.uuid, "finished a cross-shard transfer interrupted by a crash");
+    }
+    // A crash between registering a customer and opening their wallet leaves the customer
+    // without one: open it now (a no-op for everyone else).
+    for customer_id in without_wallet {
+        tracing::warn!(
+            customer_id,
+            "opening the primary wallet a crash kept from being opened at registration"
+        );
+        block_on(engine.open_primary_wallet(customer_id, primary)).map_err(OpenError::Complete)?;
+    }
+
+    let report = RecoveryReport {
+        snapshot_lsn,
+        records_replayed: recovered.records_replayed,
+        events_replayed,
+        last_lsn: engine.inner.wal.last_lsn(),
+        wallets,
+        transfers_completed: pending.len(),
+        torn_tail: recovered.torn_tail.map(|(path, offset, reason)| {
+            format!("{} at offset {offset}: {reason}", path.display())
+        }),
+        elapsed: started.elapsed(),
+    };
+    Ok((engine, report))
+}
+
+/// Starts the actor system on its own thread: one Arbiter per shard, one for orchestration.
+/// Currency of the primary wallet every customer gets at registration (decisions.md §2).
+pub const PRIMARY_CURRENCY: &str = "YER";
+
+fn start(
+    config: EngineConfig,
+    shards: Vec<Shard>,
+    directory: Directory,
+    wal: wal::Wal,
+    clock: Arc<dyn Clock>,
+    table: Arc<IdempotencyTable>,
+    renderer: Arc<dyn Renderer>,
+) -> Result<Engine, OpenError> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let actor_wal = wal.clone();
+    let actor_clock = clock.clone();
+    let actor_table = table.clone();
+    let capacity = config.mailbox_capacity;
+    let hold_tick = config.hold_tick;
+    let handle = std::thread::Builder::new()
+        .name("engine".into())
+        .spawn(move || {
+            let system = actix::System::new();
+            let mut arbiters = Vec::new();
+            let mut addrs = Vec::new();
+            let mut directory = Some(directory);
+            for shard in shards {
+                let arbiter = actix::Arbiter::new();
+                let hosted = if shard.shard_index() == 0 {
+                    directory.take()
+                } else {
+                    None
+                };
+                let actor = ShardActor::new(
+                    shard,
+                    hosted,
+                    actor_wal.clone(),
+                    actor_clock.clone(),
+                    actor_table.clone(),
+                    renderer.clone(),
+                    hold_tick,
+                );
+                addrs.push(ShardActor::start_in_arbiter(
+                    &arbiter.handle(),
+                    move |ctx| {
+                        ctx.set_mailbox_capacity(capacity);
+                        actor
+                    },
+                ));
+                arbiters.push(arbiter);
+            }
+            let orchestrator = actix::Arbiter::new();
+            drop(actor_wal);
+            if tx
+                .send((addrs, orchestrator.handle(), actix::System::current()))
+                .is_err()
+            {
+                return;
+            }
+            if let Err(error) = system.run() {
+                tracing::error!(%error, "the engine's actor system stopped with an error");
+            }
+            for arbiter in arbiters.into_iter().chain(std::iter::once(orchestrator)) {
+                arbiter.stop();
+                let _ = arbiter.join();
+            }
+        })
+        .map_err(|e| OpenError::Start(e.to_string()))?;
+    let (shards, orchestrator, system) = rx.recv().map_err(|e| OpenError::Start(e.to_string()))?;
+    let last_lsn = wal.last_lsn();
+    Ok(Engine {
+        inner: Arc::new(Inner {
+            shards,
+            orchestrator,
+            wal,
+            clock,
+            idempotency: table,
+            config,
+            system,
+            actors: Mutex::new(Some(handle)),
+            snapshot_state: Mutex::new(SnapshotState {
+                last_lsn,
+                running: false,
+            }),
+        }),
+    })
+}
+
+/// Drives a future to completion on this thread (used before any runtime serves requests).
+pub(crate) fn block_on<F: std::future::Future>(future: F) -> F::Output {
+    struct Unpark(std::thread::Thread);
+    impl std::task::Wake for Unpark {
+        fn wake(self: Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let waker = std::task::Waker::from(Arc::new(Unpark(std::thread::current())));
+    let mut cx = std::task::Context::from_waker(&waker);
+    let mut future = std::pin::pin!(future);
+    loop {
+        if let std::task::Poll::Ready(output) = future.as_mut().poll(&mut cx) {
+            return output;
+        }
+        std::thread::park();
+    }
+}

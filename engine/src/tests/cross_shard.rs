@@ -1,0 +1,289 @@
+//! The cross-shard transfer protocol on two shards (shard_count 2).
+
+use std::collections::BTreeMap;
+
+use rust_decimal::Decimal;
+
+use super::{cur, dec, transfer, Harness};
+use crate::command::TransferCredit;
+use crate::transfer::{OutgoingTransfer, TransferState};
+use crate::{shard_of, Command, Currency, Outcome, Rejection, Shard};
+
+fn two_shards() -> (Harness, Harness) {
+    (
+        Harness::with_shard(Shard::new(0, 2).unwrap()),
+        Harness::with_shard(Shard::new(1, 2).unwrap()),
+    )
+}
+
+fn reserve(h: &mut Harness, command: Command) -> OutgoingTransfer {
+    match h.ok(command) {
+        Outcome::TransferReserved {
+            transfer,
+            transaction,
+        } => {
+            assert_eq!(transaction.transfer_uuid, Some(transfer.uuid));
+            transfer
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
+fn global_sums(shards: &[&Shard]) -> BTreeMap<Currency, Decimal> {
+    let mut sums = BTreeMap::new();
+    for shard in shards {
+        for (currency, sum) in shard.entry_sums_by_currency() {
+            *sums.entry(currency).or_insert(Decimal::ZERO) += sum.unwrap();
+        }
+    }
+    sums
+}
+
+fn in_transit_total(shards: &[&Shard], currency: Currency) -> Decimal {
+    shards
+        .iter()
+        .filter_map(|shard| shard.in_transit_by_currency().get(&currency).copied())
+        .sum()
+}
+
+#[test]
+fn reserve_credit_finalize() {
+    let (mut a, mut b) = two_shards();
+    let source = a.create(1, "USD");
+    let target = b.create(2, "USD");
+    assert_eq!((shard_of(source.0, 2), shard_of(target.0, 2)), (0, 1));
+    a.deposit(source, "100");
+    assert_eq!(
+        a.reject(Command::TransferReserve(transfer(
+            source, target, "100.01", "USD"
+        ))),
+        Rejection::InsufficientFunds
+    );
+    let reserved = reserve(
+        &mut a,
+        Command::TransferReserve(transfer(source, target, "60", "USD")),
+    );
+    assert_eq!(reserved.state, TransferState::Reserved);
+    assert_eq!(a.balance(source), dec("40.00"));
+    assert_eq!(a.shard.pending_outgoing_transfers(), vec![reserved.clone()]);
+    let usd = cur("USD");
+    assert_eq!(
+        in_transit_total(&[&a.shard, &b.shard], usd),
+        dec("60.00"),
+        "in flight"
+    );
+
+    let credit = Command::TransferCredit(TransferCredit::for_transfer(&reserved));
+    let Outcome::TransferCredited {
+        transaction,
+        duplicate,
+    } = b.ok(credit.clone())
+    else {
+        panic!()
+    };
+    assert!(!duplicate);
+    assert_eq!(
+        (
+            transaction.wallet_id,
+            transaction.amount,
+            transaction.transfer_uuid
+        ),
+        (target, dec("60.00"), Some(reserved.uuid))
+    );
+    assert_eq!(b.balance(target), dec("60.00"));
+    // Idempotent: a second credit changes nothing and says so.
+    let before = b.shard.state_digest();
+    let Outcome::TransferCredited {
+        transaction: again,
+        duplicate,
+    } = b.ok(credit)
+    else {
+        panic!()
+    };
+    assert!(duplicate);
+    assert_eq!(again, transaction);
+    assert_eq!(b.shard.state_digest(), before);
+    let mut altered = TransferCredit::for_transfer(&reserved);
+    altered.amount = dec("61");
+    assert_eq!(
+        b.reject(Command::TransferCredit(altered)).code(),
+        "invalid_request"
+    );
+
+    let Outcome::TransferSettled(done) = a.ok(Command::TransferFinalize {
+        transfer_uuid: reserved.uuid,
+    }) else {
+        panic!()
+    };
+    assert_eq!(done.state, TransferState::Finalized);
+    assert!(a.shard.pending_outgoing_transfers().is_empty());
+    a.ok(Command::TransferFinalize {
+        transfer_uuid: reserved.uuid,
+    }); // idempotent
+    assert_eq!(
+        a.reject(Command::TransferRelease {
+            transfer_uuid: reserved.uuid
+        })
+        .code(),
+        "invalid_state"
+    );
+    assert_eq!(in_transit_total(&[&a.shard, &b.shard], usd), dec("0"));
+    assert!(global_sums(&[&a.shard, &b.shard])
+        .values()
+        .all(Decimal::is_zero));
+    // A cross-shard side is not reversible by a client.
+    let debit_uuid = a.shard.wallet(source).unwrap().transactions()[1].uuid;
+    assert_eq!(
+        a.reject(Command::Reverse {
+            transaction_uuid: debit_uuid,
+            reason: "x".into()
+        })
+        .code(),
+        "invalid_state"
+    );
+}
+
+#[test]
+fn reserve_then_release_when_the_credit_is_refused() {
+    let (mut a, mut b) = two_shards();
+    let source = a.create(1, "EUR");
+    let target = b.create(2, "EUR");
+    a.deposit(source, "10");
+    b.ok(Command::FreezeWallet { wallet_id: target });
+    let reserved = reserve(
+        &mut a,
+        Command::TransferReserve(transfer(source, target, "10", "EUR")),
+    );
+    assert_eq!(a.available(source), dec("0.00"));
+    assert_eq!(
+        b.reject(Command::TransferCredit(TransferCredit::for_transfer(
+            &reserved
+        ))),
+        Rejection::WalletFrozen
+    );
+    // The source may be frozen meanwhile: release still returns the funds.
+    a.ok(Command::FreezeWallet { wallet_id: source });
+    let Outcome::TransferSettled(released) = a.ok(Command::TransferRelease {
+        transfer_uuid: reserved.uuid,
+    }) else {
+        panic!()
+    };
+    assert_eq!(released.state, TransferState::Released);
+    assert_eq!(a.balance(source), dec("10.00"));
+    let entries = a.shard.wallet(source).unwrap().entries();
+    assert!(entries.last().unwrap().is_reversal());
+    a.ok(Command::TransferRelease {
+        transfer_uuid: reserved.uuid,
+    }); // idempotent
+    assert_eq!(
+        a.reject(Command::TransferFinalize {
+            transfer_uuid: reserved.uuid
+        })
+        .code(),
+        "invalid_state"
+    );
+    let eur = cur("EUR");
+    assert_eq!(in_transit_total(&[&a.shard, &b.shard], eur), dec("0"));
+    assert!(global_sums(&[&a.shard, &b.shard])
+        .values()
+        .all(Decimal::is_zero));
+    assert!(a.shard.pending_outgoing_transfers().is_empty());
+}
+
+#[test]
+fn protocol_step_rejections() {
+    let (mut a, mut b) = two_shards();
+    let source = a.create(1, "USD");
+    let local = a.create(3, "USD");
+    let target = b.create(2, "USD");
+    a.deposit(source, "10");
+    assert_eq!(
+        a.reject(Command::TransferReserve(transfer(
+            source, local, "1", "USD"
+        )))
+        .code(),
+        "invalid_request"
+    );
+    assert_eq!(
+        a.reject(Command::TransferReserve(transfer(
+            source, target, "1", "EUR"
+        ))),
+        Rejection::CurrencyMismatch
+    );
+    assert_eq!(
+        a.reject(Command::TransferFinalize {
+            transfer_uuid: crate::Uuid([5; 16])
+        })
+        .code(),
+        "not_found"
+    );
+    assert_eq!(
+        a.reject(Command::TransferRelease {
+            transfer_uuid: crate::Uuid([5; 16])
+        })
+        .code(),
+        "not_found"
+    );
+    let reserved = reserve(
+        &mut a,
+        Command::TransferReserve(transfer(source, target, "1", "USD")),
+    );
+    let mut wrong = TransferCredit::for_transfer(&reserved);
+    wrong.currency = cur("EUR");
+    assert_eq!(
+        b.reject(Command::TransferCredit(wrong)),
+        Rejection::CurrencyMismatch
+    );
+    let mut same_shard = TransferCredit::for_transfer(&reserved);
+    same_shard.source_wallet_id = crate::WalletId(5);
+    assert_eq!(
+        b.reject(Command::TransferCredit(same_shard)).code(),
+        "invalid_request"
+    );
+    // Same-shard transfer command refuses a wallet of the other shard.
+    assert_eq!(
+        a.reject(Command::Transfer(transfer(source, target, "1", "USD"))),
+        Rejection::WrongShard(target)
+    );
+}
+
+#[test]
+fn recovery_completes_reserved_transfers_after_restart() {
+    let (mut a, mut b) = two_shards();
+    let source = a.create(1, "USD");
+    let target = b.create(2, "USD");
+    a.deposit(source, "30");
+    for amount in ["5", "7", "9"] {
+        reserve(
+            &mut a,
+            Command::TransferReserve(transfer(source, target, amount, "USD")),
+        );
+    }
+    // The first credit landed before the "crash".
+    let first = a.shard.pending_outgoing_transfers()[0].clone();
+    b.ok(Command::TransferCredit(TransferCredit::for_transfer(
+        &first,
+    )));
+    // Restart the source shard from its snapshot; recovery re-sends every credit, then finalizes.
+    a.shard = Shard::from_snapshot_bytes(&a.shard.snapshot_bytes()).unwrap();
+    let pending = a.shard.pending_outgoing_transfers();
+    assert_eq!(pending.len(), 3);
+    for transfer in pending {
+        b.ok(Command::TransferCredit(TransferCredit::for_transfer(
+            &transfer,
+        )));
+        a.ok(Command::TransferFinalize {
+            transfer_uuid: transfer.uuid,
+        });
+    }
+    assert_eq!(
+        (a.balance(source), b.balance(target)),
+        (dec("9.00"), dec("21.00"))
+    );
+    assert_eq!(
+        in_transit_total(&[&a.shard, &b.shard], cur("USD")),
+        dec("0")
+    );
+    a.shard.check_invariants().unwrap();
+    b.shard.check_invariants().unwrap();
+}
