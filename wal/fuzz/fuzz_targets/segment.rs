@@ -2,7 +2,10 @@
 //! whatever is on disk (STYLE.md §16), what they accept must be self-consistent, and recovery's
 //! repair of a torn tail must be idempotent (STYLE.md §23).
 //!
-//! Run: `cd wal/fuzz && cargo +nightly fuzz run segment -- -max_total_time=60`
+//! Run (needs nightly and `cargo install cargo-fuzz`), from `wal/`:
+//! `cargo +nightly fuzz run segment fuzz/corpus/segment fuzz/seeds/segment -- -max_total_time=60`.
+//! `fuzz/seeds/segment` holds a few valid segments (clean, torn, garbage after the end, a later
+//! write after damage, header only) and a snapshot, so the fuzzer starts past the checksums.
 
 #![no_main]
 

@@ -1,0 +1,66 @@
+//! Everything a request handler can reach: the engine, the token key, limiters, counters.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use dashmap::DashMap;
+use engine::runtime::Engine;
+
+use crate::auth::password::Hasher;
+use crate::auth::token::TokenKey;
+use crate::auth::{Principal, Subject};
+use crate::metrics::Metrics;
+use crate::ratelimit::RateLimiter;
+use crate::routes::Router;
+
+/// Shared state of the server.
+pub struct App {
+    pub engine: Engine,
+    pub tokens: TokenKey,
+    /// Token lifetime in seconds.
+    pub token_ttl_secs: i64,
+    pub hasher: Hasher,
+    pub limiter: RateLimiter,
+    pub rate_limits: bool,
+    pub router: Router,
+    pub metrics: Metrics,
+    /// Subjects known to exist (a token for an unknown subject is refused), filled on demand.
+    pub known_subjects: DashMap<Subject, Principal>,
+    pub started_at: Instant,
+    /// False while draining on shutdown: `/health` then answers 503.
+    pub ready: std::sync::atomic::AtomicBool,
+}
+
+pub type SharedApp = Arc<App>;
+
+impl App {
+    pub fn new(
+        engine: Engine,
+        tokens: TokenKey,
+        hasher: Hasher,
+        rate_limits: bool,
+    ) -> Result<Self, String> {
+        Ok(App {
+            engine,
+            tokens,
+            token_ttl_secs: 3600,
+            hasher,
+            limiter: RateLimiter::new(),
+            rate_limits,
+            router: Router::new()?,
+            metrics: Metrics::new(),
+            known_subjects: DashMap::new(),
+            started_at: Instant::now(),
+            ready: std::sync::atomic::AtomicBool::new(true),
+        })
+    }
+
+    /// Unix seconds now, from the engine's clock.
+    pub fn now_secs(&self) -> i64 {
+        self.engine.clock().now_ms().div_euclid(1000)
+    }
+
+    pub fn now_ms(&self) -> i64 {
+        self.engine.clock().now_ms()
+    }
+}

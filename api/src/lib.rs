@@ -1,0 +1,23 @@
+//! walletd's HTTP/JSON interface: thin over the engine.
+//!
+//! # Layout
+//! - [`server`]: accept loop, graceful shutdown, the per-request pipeline.
+//! - [`routes`]: the one table of operations (method, path, operationId, tier, rate class).
+//! - [`handlers`]: one function per operation: decode, authorize, one engine call, render.
+//! - [`auth`]: bearer tokens (HS256), Argon2id passwords, tiers and scopes.
+//! - [`views`]: the contract's JSON shapes and the idempotent-answer renderer.
+//! - [`json`]: exact decimal JSON numbers. [`error`]: the error envelope and status mapping.
+//! - [`ratelimit`], [`metrics`]: per-caller limits, Prometheus text.
+//! - [`cli`]: the `walletd` binary's commands (`serve`, `replay`, `wal inspect`, `snapshot`).
+
+pub mod app;
+pub mod auth;
+pub mod cli;
+pub mod error;
+pub mod handlers;
+pub mod json;
+pub mod metrics;
+pub mod ratelimit;
+pub mod routes;
+pub mod server;
+pub mod views;

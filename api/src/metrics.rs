@@ -1,0 +1,133 @@
+//! Prometheus metrics, written by hand: a few counters and histograms do not justify the
+//! exporter crates' build time on 2 cores (notes/dependencies.md §5).
+//!
+//! - `walletd_http_requests_total{operation,status}`
+//! - `walletd_http_request_duration_seconds{operation}` (histogram)
+//! - `walletd_wal_*`: fsyncs, fsync seconds, bytes, last and durable LSN (from the engine)
+
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use dashmap::DashMap;
+
+/// Upper bounds of the latency buckets, in seconds.
+const BUCKETS: [f64; 12] = [
+    0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 5.0,
+];
+
+#[derive(Default)]
+struct Histogram {
+    buckets: [AtomicU64; BUCKETS.len()],
+    count: AtomicU64,
+    sum_micros: AtomicU64,
+}
+
+/// Request counters and latency histograms.
+#[derive(Default)]
+pub struct Metrics {
+    requests: DashMap<(&'static str, u16), AtomicU64>,
+    latency: DashMap<&'static str, Histogram>,
+}
+
+impl Metrics {
+    pub fn new() -> Self {
+        Metrics::default()
+    }
+
+    pub fn observe(&self, operation: &'static str, status: u16, took: Duration) {
+        self.requests
+            .entry((operation, status))
+            .or_default()
+            .fetch_add(1, Ordering::Relaxed);
+        let histogram = self.latency.entry(operation).or_default();
+        let seconds = took.as_secs_f64();
+        for (bound, bucket) in BUCKETS.iter().zip(&histogram.buckets) {
+            if seconds <= *bound {
+                bucket.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        histogram.count.fetch_add(1, Ordering::Relaxed);
+        histogram.sum_micros.fetch_add(
+            u64::try_from(took.as_micros()).unwrap_or(u64::MAX),
+            Ordering::Relaxed,
+        );
+    }
+
+    /// Prometheus text exposition, with the engine's WAL figures appended.
+    pub fn render(&self, wal: wal::StatsSnapshot, last_lsn: u64, durable_lsn: u64) -> String {
+        let mut out = String::new();
+        out.push_str("# HELP walletd_http_requests_total HTTP requests by operation and status.\n");
+        out.push_str("# TYPE walletd_http_requests_total counter\n");
+        let mut requests: Vec<_> = self
+            .requests
+            .iter()
+            .map(|item| {
+                (
+                    item.key().0,
+                    item.key().1,
+                    item.value().load(Ordering::Relaxed),
+                )
+            })
+            .collect();
+        requests.sort();
+        for (operation, status, count) in requests {
+            let _ = writeln!(out, "walletd_http_requests_total{{operation=\"{operation}\",status=\"{status}\"}} {count}");
+        }
+        out.push_str("# HELP walletd_http_request_duration_seconds HTTP request latency.\n");
+        out.push_str("# TYPE walletd_http_request_duration_seconds histogram\n");
+        let mut operations: Vec<&'static str> =
+            self.latency.iter().map(|item| *item.key()).collect();
+        operations.sort_unstable();
+        for operation in operations {
+            let Some(histogram) = self.latency.get(operation) else {
+                continue;
+            };
+            for (bound, bucket) in BUCKETS.iter().zip(&histogram.buckets) {
+                let _ = writeln!(
+                    out,
+                    "walletd_http_request_duration_seconds_bucket{{operation=\"{operation}\",le=\"{bound}\"}} {}",
+                    bucket.load(Ordering::Relaxed)
+                );
+            }
+            let count = histogram.count.load(Ordering::Relaxed);
+            let _ = writeln!(out, "walletd_http_request_duration_seconds_bucket{{operation=\"{operation}\",le=\"+Inf\"}} {count}");
+            let _ = writeln!(
+                out,
+                "walletd_http_request_duration_seconds_sum{{operation=\"{operation}\"}} {}",
+                histogram.sum_micros.load(Ordering::Relaxed) as f64 / 1e6
+            );
+            let _ = writeln!(
+                out,
+                "walletd_http_request_duration_seconds_count{{operation=\"{operation}\"}} {count}"
+            );
+        }
+        let _ = writeln!(out, "# HELP walletd_wal_fsyncs_total Write + fdatasync rounds of the WAL writer (group commits).");
+        let _ = writeln!(
+            out,
+            "# TYPE walletd_wal_fsyncs_total counter\nwalletd_wal_fsyncs_total {}",
+            wal.syncs
+        );
+        let _ = writeln!(
+            out,
+            "# HELP walletd_wal_fsync_seconds_total Time spent in fdatasync."
+        );
+        let _ = writeln!(
+            out,
+            "# TYPE walletd_wal_fsync_seconds_total counter\nwalletd_wal_fsync_seconds_total {}",
+            wal.sync_nanos as f64 / 1e9
+        );
+        let _ = writeln!(
+            out,
+            "# HELP walletd_wal_bytes_total Bytes written to the WAL."
+        );
+        let _ = writeln!(
+            out,
+            "# TYPE walletd_wal_bytes_total counter\nwalletd_wal_bytes_total {}",
+            wal.bytes
+        );
+        let _ = writeln!(out, "# HELP walletd_wal_last_lsn Newest LSN appended.\n# TYPE walletd_wal_last_lsn gauge\nwalletd_wal_last_lsn {last_lsn}");
+        let _ = writeln!(out, "# HELP walletd_wal_durable_lsn Newest durable LSN.\n# TYPE walletd_wal_durable_lsn gauge\nwalletd_wal_durable_lsn {durable_lsn}");
+        out
+    }
+}

@@ -1,0 +1,379 @@
+//! The HTTP server: accept loop, connections, graceful shutdown, and the request pipeline.
+//!
+//! The accept loop follows hyper-util's `server_graceful` example: each connection is an
+//! `http1` connection watched by a `GracefulShutdown`; on the shutdown signal the listener is
+//! dropped and in-flight requests get up to 30 s to finish (their WAL acknowledgements included).
+//! A connection limit bounds memory (TIGER_STYLE: put a limit on everything).
+//!
+//! Per request: request id (echoed or generated; over 128 characters is 400), route, rate
+//! limit, body (1 MiB cap: 413), authentication, handler, error rendering, metrics. Each
+//! handler runs in its own spawned task, so a client that disconnects cannot cut a command in
+//! half (the engine also runs commands detached from their caller).
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Incoming;
+use hyper::header::{HeaderName, HeaderValue, CONTENT_TYPE};
+use hyper::{Request, Response, StatusCode};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+
+use crate::app::SharedApp;
+use crate::auth::{Principal, Subject};
+use crate::error::ApiError;
+use crate::handlers::{self, Call};
+use crate::ratelimit::RateClass;
+use crate::routes::{Matched, Op};
+use crate::views::{Rendered, REQUEST_ID_PLACEHOLDER};
+
+/// Largest accepted request body.
+pub const BODY_BYTES_MAX: usize = 1 << 20;
+/// Longest accepted X-Request-ID.
+pub const REQUEST_ID_MAX: usize = 128;
+/// Connections served at once; the accept loop waits for a free slot beyond that.
+pub const CONNECTIONS_MAX: usize = 4096;
+
+/// Serves `listener` until `shutdown` resolves, then drains in-flight requests.
+pub async fn serve(
+    listener: TcpListener,
+    app: SharedApp,
+    shutdown: impl std::future::Future<Output = ()>,
+) {
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    let slots = Arc::new(Semaphore::new(CONNECTIONS_MAX));
+    let mut shutdown = std::pin::pin!(shutdown);
+    loop {
+        let permit = tokio::select! {
+            permit = slots.clone().acquire_owned() => match permit { Ok(p) => p, Err(_) => break },
+            () = &mut shutdown => break,
+        };
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            () = &mut shutdown => break,
+        };
+        let (stream, remote) = match accepted {
+            Ok(pair) => pair,
+            Err(error) => {
+                // Like axum::serve: connection-level errors are the peer's; others (EMFILE) back off.
+                if !matches!(
+                    error.kind(),
+                    std::io::ErrorKind::ConnectionRefused
+                        | std::io::ErrorKind::ConnectionAborted
+                        | std::io::ErrorKind::ConnectionReset
+                ) {
+                    tracing::error!(%error, "accept failed; backing off for a second");
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+                continue;
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        let app = app.clone();
+        let service = hyper::service::service_fn(move |request| {
+            let app = app.clone();
+            async move { Ok::<_, Infallible>(handle(app, request, remote).await) }
+        });
+        let connection = hyper::server::conn::http1::Builder::new()
+            .timer(TokioTimer::new())
+            .header_read_timeout(Duration::from_secs(30))
+            .serve_connection(TokioIo::new(stream), service);
+        let connection = graceful.watch(connection);
+        tokio::spawn(async move {
+            let _permit = permit;
+            if let Err(error) = connection.await {
+                tracing::debug!(%error, "connection ended with an error");
+            }
+        });
+    }
+    app.ready.store(false, Ordering::SeqCst);
+    drop(listener);
+    tokio::select! {
+        () = graceful.shutdown() => tracing::info!("all connections drained"),
+        () = tokio::time::sleep(Duration::from_secs(30)) => tracing::warn!("shutdown timed out with connections still open"),
+    }
+}
+
+/// Handles one request end to end; never fails (errors become responses).
+async fn handle(
+    app: SharedApp,
+    request: Request<Incoming>,
+    remote: SocketAddr,
+) -> Response<Full<Bytes>> {
+    let started = Instant::now();
+    let request_id = match request_id(&request) {
+        Ok(id) => id,
+        Err(error) => {
+            let id = generate_request_id();
+            return respond(error_response(&error, &id), &id, false, &[]);
+        }
+    };
+    let (op, response) = match route_and_run(&app, request, remote, &request_id).await {
+        Ok(done) => {
+            let headers = done.limits.map(limit_header_values).unwrap_or_default();
+            (
+                Some(done.op),
+                respond(done.rendered, &request_id, done.replayed, &headers),
+            )
+        }
+        Err((op, error)) => {
+            if error.status.is_server_error() {
+                tracing::error!(request_id = %request_id, code = error.code, message = %error.message, "request failed");
+            }
+            (
+                op,
+                respond(
+                    error_response(&error, &request_id),
+                    &request_id,
+                    false,
+                    error.headers(),
+                ),
+            )
+        }
+    };
+    let name = op.map_or("unmatched", |op| op.route().operation_id);
+    app.metrics
+        .observe(name, response.status().as_u16(), started.elapsed());
+    response
+}
+
+type Failure = (Option<Op>, ApiError);
+
+/// A handled request.
+struct Done {
+    op: Op,
+    rendered: Rendered,
+    /// An idempotent replay of an earlier answer.
+    replayed: bool,
+    /// The rate-limit verdict, reported in `RateLimit-*` headers.
+    limits: Option<crate::ratelimit::Decision>,
+}
+
+async fn route_and_run(
+    app: &SharedApp,
+    request: Request<Incoming>,
+    remote: SocketAddr,
+    request_id: &str,
+) -> Result<Done, Failure> {
+    let (parts, body) = request.into_parts();
+    let path = parts.uri.path().to_owned();
+    let (op, params) = match app.router.find(&parts.method, &path) {
+        Matched::Found(op, params) => (op, params),
+        Matched::MethodNotAllowed => {
+            return Err((
+                None,
+                ApiError::new(
+                    StatusCode::METHOD_NOT_ALLOWED,
+                    "method_not_allowed",
+                    "method not allowed on this path",
+                ),
+            ))
+        }
+        Matched::NotFound => {
+            return Err((
+                None,
+                ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such route"),
+            ))
+        }
+    };
+    let route = op.route();
+    let fail = |error: ApiError| (Some(op), error);
+
+    // Authenticate first (cheap, no body read), so the rate limit can key on the subject.
+    let principal = match bearer(&parts.headers) {
+        Some(token) => Some(authenticate(app, token).await.map_err(fail)?),
+        None => None,
+    };
+    if route.tier != crate::auth::Tier::Public && principal.is_none() {
+        return Err(fail(ApiError::unauthorized()));
+    }
+    let mut limit_headers = None;
+    if let (Some(class), true) = (route.rate, app.rate_limits) {
+        let caller = principal
+            .as_ref()
+            .map_or_else(|| remote.ip().to_string(), Principal::caller);
+        let decision = app.limiter.check(&caller, class, Instant::now());
+        if !decision.allowed {
+            return Err(fail(rate_limited(class, decision)));
+        }
+        limit_headers = Some(decision);
+    }
+
+    let body = read_body(body).await.map_err(fail)?;
+    let query = parts.uri.query().unwrap_or("").to_owned();
+    let call = Call {
+        op,
+        params,
+        query,
+        body,
+        headers: parts.headers,
+        principal,
+        request_id: request_id.to_owned(),
+        remote,
+    };
+    let (rendered, replayed) = handlers::dispatch(app, call).await.map_err(|mut error| {
+        if let Some(decision) = limit_headers {
+            for (name, value) in limit_header_values(decision) {
+                error.add_header(name, value);
+            }
+        }
+        (Some(op), error)
+    })?;
+    Ok(Done {
+        op,
+        rendered,
+        replayed,
+        limits: limit_headers,
+    })
+}
+
+fn limit_header_values(decision: crate::ratelimit::Decision) -> Vec<(&'static str, String)> {
+    vec![
+        ("ratelimit-limit", decision.limit.to_string()),
+        ("ratelimit-remaining", decision.remaining.to_string()),
+        ("ratelimit-reset", decision.reset_secs.to_string()),
+    ]
+}
+
+fn rate_limited(class: RateClass, decision: crate::ratelimit::Decision) -> ApiError {
+    let mut error = ApiError::new(
+        StatusCode::TOO_MANY_REQUESTS,
+        "rate_limited",
+        format!(
+            "rate limit of {} requests per minute ({}) reached",
+            class.limit(),
+            class.name()
+        ),
+    )
+    .with_header("retry-after", decision.reset_secs.to_string());
+    for (name, value) in limit_header_values(decision) {
+        error.add_header(name, value);
+    }
+    error
+}
+
+async fn read_body(body: Incoming) -> Result<Bytes, ApiError> {
+    match Limited::new(body, BODY_BYTES_MAX).collect().await {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(error)
+            if error
+                .downcast_ref::<http_body_util::LengthLimitError>()
+                .is_some() =>
+        {
+            Err(ApiError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "payload_too_large",
+                format!("request bodies are limited to {BODY_BYTES_MAX} bytes"),
+            ))
+        }
+        Err(_) => Err(ApiError::bad_request("the request body could not be read")),
+    }
+}
+
+fn bearer(headers: &hyper::HeaderMap) -> Option<&str> {
+    let value = headers.get(hyper::header::AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, token) = value.split_once(' ')?;
+    scheme
+        .eq_ignore_ascii_case("bearer")
+        .then_some(token.trim())
+}
+
+/// Verifies a token and confirms its subject exists.
+async fn authenticate(app: &SharedApp, token: &str) -> Result<Principal, ApiError> {
+    let claims = app.tokens.verify(token, app.now_secs()).map_err(|error| {
+        tracing::debug!(%error, "refused a bearer token");
+        ApiError::unauthorized()
+    })?;
+    let subject = Subject::parse(&claims.sub).ok_or_else(ApiError::unauthorized)?;
+    if let Some(known) = app.known_subjects.get(&subject) {
+        return Ok(known.clone());
+    }
+    let principal = handlers::identity::load_principal(app, subject)
+        .await?
+        .ok_or_else(ApiError::unauthorized)?;
+    app.known_subjects.insert(subject, principal.clone());
+    Ok(principal)
+}
+
+fn request_id(request: &Request<Incoming>) -> Result<String, ApiError> {
+    match request.headers().get("x-request-id") {
+        None => Ok(generate_request_id()),
+        Some(value) => {
+            let text = value
+                .to_str()
+                .map_err(|_| ApiError::bad_request("X-Request-ID must be visible ASCII"))?;
+            if text.is_empty() || text.len() > REQUEST_ID_MAX {
+                return Err(ApiError::bad_request(format!(
+                    "X-Request-ID must be 1 to {REQUEST_ID_MAX} characters"
+                )));
+            }
+            Ok(text.to_owned())
+        }
+    }
+}
+
+/// A random UUID v4 string.
+pub fn generate_request_id() -> String {
+    let mut bytes = [0u8; 16];
+    let _ = getrandom::getrandom(&mut bytes);
+    engine::Uuid::from_random_bytes(bytes).to_string()
+}
+
+fn error_response(error: &ApiError, request_id: &str) -> Rendered {
+    Rendered {
+        status: error.status,
+        body: error.body(request_id),
+        content_type: crate::views::JSON,
+    }
+}
+
+/// Builds the HTTP response: JSON body (with the live request id in error bodies), headers.
+fn respond(
+    rendered: Rendered,
+    request_id: &str,
+    replayed: bool,
+    extra_headers: &[(&'static str, String)],
+) -> Response<Full<Bytes>> {
+    let content_type = rendered.content_type;
+    let body = if rendered.status.as_u16() >= 400 {
+        fill_request_id(rendered.body, request_id)
+    } else {
+        rendered.body
+    };
+    let mut response = Response::new(Full::new(Bytes::from(body)));
+    *response.status_mut() = rendered.status;
+    let headers = response.headers_mut();
+    headers.insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
+    if let Ok(value) = HeaderValue::from_str(request_id) {
+        headers.insert(HeaderName::from_static("x-request-id"), value);
+    }
+    if replayed {
+        headers.insert(
+            HeaderName::from_static("idempotent-replayed"),
+            HeaderValue::from_static("true"),
+        );
+    }
+    for (name, value) in extra_headers {
+        if let Ok(value) = HeaderValue::from_str(value) {
+            headers.insert(HeaderName::from_static(name), value);
+        }
+    }
+    response
+}
+
+/// Replaces the placeholder a stored error body carries with this request's id.
+fn fill_request_id(body: Vec<u8>, request_id: &str) -> Vec<u8> {
+    let placeholder = serde_json::to_string(REQUEST_ID_PLACEHOLDER).unwrap_or_default();
+    let text = String::from_utf8_lossy(&body);
+    if !text.contains(&placeholder) {
+        return body;
+    }
+    let live = serde_json::to_string(request_id).unwrap_or_else(|_| "\"\"".into());
+    text.replacen(&placeholder, &live, 1).into_bytes()
+}
