@@ -77,6 +77,13 @@ impl Options {
                 self.record_bytes_max, self.segment_bytes
             )));
         }
+        if self.batch_bytes_max > crate::record::BATCH_BYTES_LIMIT {
+            return Err(Error::InvalidOptions(format!(
+                "batch_bytes_max {} exceeds the format's limit of {}",
+                self.batch_bytes_max,
+                crate::record::BATCH_BYTES_LIMIT
+            )));
+        }
         if self.queue_records_max == 0 || self.batch_bytes_max == 0 || self.snapshots_kept == 0 {
             return Err(Error::InvalidOptions(
                 "queue_records_max, batch_bytes_max and snapshots_kept must be positive".into(),
@@ -195,6 +202,9 @@ pub(crate) struct Shared {
     waiters: Mutex<Waiters>,
     segments: Mutex<Vec<(u64, PathBuf)>>,
     pub(crate) stats: Stats,
+    /// Hands ready wakers to the notifier thread, so the writer's next write does not wait
+    /// for one `unpark` syscall per appender (they measured ~1 ms a round at 256 appenders).
+    notifier: Option<crossbeam_channel::Sender<Vec<Waker>>>,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -232,7 +242,20 @@ impl Shared {
                 }
             }
         }
-        // Wake outside the lock, so woken appenders do not queue on it behind the writer.
+        if ready.is_empty() {
+            return;
+        }
+        // Wake outside the lock, on the notifier thread when it has room; inline otherwise.
+        let ready = match &self.notifier {
+            Some(notifier) => match notifier.try_send(ready) {
+                Ok(()) => return,
+                Err(
+                    crossbeam_channel::TrySendError::Full(ready)
+                    | crossbeam_channel::TrySendError::Disconnected(ready),
+                ) => ready,
+            },
+            None => ready,
+        };
         for waker in ready {
             waker.wake();
         }
@@ -431,8 +454,12 @@ impl Wal {
                     .len()
                     .map_err(|e| Error::io(format!("stat segment {}", last.path.display()), e))?;
                 if len < options.segment_bytes {
-                    file.set_len(options.segment_bytes).map_err(|e| {
-                        Error::io(format!("extend segment {}", last.path.display()), e)
+                    // Zeros, not `set_len`: a hole would make every later fdatasync slower.
+                    crate::writer::zero_fill(file.as_ref(), len, options.segment_bytes).map_err(
+                        |e| Error::io(format!("extend segment {}", last.path.display()), e),
+                    )?;
+                    file.sync_data().map_err(|e| {
+                        Error::io(format!("sync segment {}", last.path.display()), e)
                     })?;
                 }
                 ActiveSegment {
@@ -454,6 +481,18 @@ impl Wal {
             segments.push((segment.first_lsn, segment.path.clone()));
         }
         let last_lsn = scan.next_lsn - 1;
+        let (notify_tx, notify_rx) = crossbeam_channel::bounded::<Vec<Waker>>(64);
+        std::thread::Builder::new()
+            .name("wal-notifier".into())
+            .spawn(move || {
+                // Ends when the shared state (and with it the sender) is dropped.
+                while let Ok(ready) = notify_rx.recv() {
+                    for waker in ready {
+                        waker.wake();
+                    }
+                }
+            })
+            .map_err(|e| Error::io("spawn the log notifier thread", e))?;
         let shared = Arc::new(Shared {
             durable_lsn: AtomicU64::new(last_lsn),
             last_lsn: AtomicU64::new(last_lsn),
@@ -463,8 +502,11 @@ impl Wal {
             waiters: Mutex::new(Waiters::default()),
             segments: Mutex::new(segments),
             stats: Stats::default(),
+            notifier: Some(notify_tx),
         });
         let (tx, rx) = crossbeam_channel::bounded(options.queue_records_max);
+        let spares = crate::writer::Spares::start(fs.clone(), dir.clone(), options.segment_bytes)
+            .map_err(|e| Error::io("spawn the segment preallocator thread", e))?;
         let writer = Writer {
             fs: fs.clone(),
             dir: dir.clone(),
@@ -472,6 +514,7 @@ impl Wal {
             shared: shared.clone(),
             segment,
             rx,
+            spares,
         };
         let handle = std::thread::Builder::new()
             .name("wal-writer".into())

@@ -42,6 +42,15 @@ pub const SEGMENT_HEADER_BYTES: usize = 32;
 /// Bytes in a record header.
 pub const RECORD_HEADER_BYTES: usize = 24;
 
+/// Most bytes of records the writer batches into one write (before the record that crosses it).
+/// Recovery relies on it: non-zero bytes further than one write past damage cannot be a tear.
+pub const BATCH_BYTES_LIMIT: usize = 8 << 20;
+
+/// Longest single write the writer can issue for records of at most `record_bytes_max` bytes.
+pub const fn write_bytes_max(record_bytes_max: u32) -> usize {
+    BATCH_BYTES_LIMIT + RECORD_HEADER_BYTES + record_bytes_max as usize
+}
+
 const _: () = assert!(SEGMENT_HEADER_BYTES.is_multiple_of(8));
 const _: () = assert!(RECORD_HEADER_BYTES == 4 + 4 + 8 + 4 + 4);
 

@@ -17,6 +17,9 @@
 //!   that is corruption, and recovery refuses.
 //! - Records are never skipped, reordered or invented. Running recovery twice gives the same log.
 //!
+//! - A tear cannot reach further than one write: non-zero bytes more than
+//!   [`crate::record::write_bytes_max`] past the damage are corruption too.
+//!
 //! What this cannot tell apart: a bit flip inside the very last write of the log looks exactly
 //! like a torn write, and is cut. That write was the newest; whether it was acknowledged depends
 //! on whether its fsync returned before the damage, which no format can know without a second
@@ -93,7 +96,7 @@ pub(crate) fn list_segments(
         let Some(text) = name.to_str() else { continue };
         if let Some(lsn) = parse_segment_file_name(text) {
             segments.push((lsn, dir.join(&name)));
-        } else if text.ends_with(".wal.tmp") {
+        } else if text.ends_with(".wal.tmp") || text.ends_with(".spare") {
             temps.push(dir.join(&name));
         }
     }
@@ -180,6 +183,20 @@ pub(crate) fn scan_segment(
         None => Tail::Clean,
         Some(reason) if !is_last => return Err(Error::corruption(path, offset as u64, reason)),
         Some(reason) => {
+            let reach = offset.saturating_add(crate::record::write_bytes_max(payload_bytes_max));
+            if let Some(far) = bytes
+                .get(reach..)
+                .and_then(|rest| rest.iter().position(|&b| b != 0))
+            {
+                return Err(Error::corruption(
+                    path,
+                    offset as u64,
+                    format!(
+                        "{reason}; non-zero bytes at offset {} lie beyond the longest possible write, so this is not a torn tail",
+                        reach + far
+                    ),
+                ));
+            }
             if let Some((at, later)) = find_later_write(bytes, offset, next_lsn, payload_bytes_max)
             {
                 return Err(Error::corruption(
@@ -216,6 +233,14 @@ fn find_later_write(
 ) -> Option<(usize, RecordRef<'_>)> {
     let mut at = from + 1;
     while at < bytes.len() {
+        // Every record has a non-zero byte among its first 24 (its LSN is at least 1), so no
+        // record starts more than 23 bytes before the next non-zero byte: jump over zero runs.
+        if bytes.get(at) == Some(&0) {
+            let skip = bytes
+                .get(at..)
+                .and_then(|rest| rest.iter().position(|&b| b != 0))?;
+            at = at.max((at + skip).saturating_sub(crate::record::RECORD_HEADER_BYTES - 1));
+        }
         if let Parsed::Record(record) = parse_record(bytes, at, payload_bytes_max) {
             if record.write_first_lsn() > expected_lsn || record.lsn < expected_lsn {
                 return Some((at, record));
@@ -291,12 +316,12 @@ pub fn scan_dir(
     })
 }
 
-/// Truncates a torn tail away, re-extends the file with zeros to its old length, and syncs.
+/// Overwrites a torn tail with zeros and syncs. Writing zeros (rather than truncating and
+/// re-extending) keeps the segment's blocks allocated, so later fdatasyncs stay cheap.
 fn cut_tail(fs: &dyn FileSystem, path: &Path, offset: u64, len: u64) -> Result<()> {
     let context = || format!("cut the torn tail of {} at offset {offset}", path.display());
     let file = fs.open(path).map_err(|e| Error::io(context(), e))?;
-    file.set_len(offset).map_err(|e| Error::io(context(), e))?;
-    file.set_len(len).map_err(|e| Error::io(context(), e))?;
+    crate::writer::zero_fill(file.as_ref(), offset, len).map_err(|e| Error::io(context(), e))?;
     file.sync_data().map_err(|e| Error::io(context(), e))?;
     Ok(())
 }

@@ -97,6 +97,9 @@ pub fn decode(bytes: &[u8]) -> Result<(u64, &[u8]), String> {
     if version != SNAPSHOT_VERSION {
         return Err(format!("unsupported snapshot version {version}"));
     }
+    if word32(12) != 0 || word32(36) != 0 {
+        return Err("reserved snapshot header bytes are not zero".into());
+    }
     let lsn = word64(16);
     let payload_len = word64(24);
     let Some(payload) = usize::try_from(payload_len)

@@ -758,3 +758,94 @@ fn std_fs_lists_what_it_creates() {
     assert_eq!(file.len().unwrap(), 2);
     assert_eq!(StdFs.list(dir.path()).unwrap(), vec![PathBuf::from("a")]);
 }
+
+#[test]
+fn non_zero_bytes_beyond_the_longest_write_are_corruption_not_a_tear() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = Options {
+        segment_bytes: 10 << 20,
+        record_bytes_max: 4096,
+        ..Options::default()
+    };
+    let (wal, _) = Wal::open(dir.path(), options.clone()).unwrap();
+    wal.append(payload(1, 40)).unwrap().wait().unwrap();
+    wal.close().unwrap();
+    let last = segments(dir.path()).pop().unwrap();
+    let end = (SEGMENT_HEADER_BYTES + RECORD_HEADER_BYTES + 40) as u64;
+    let far = end + record::write_bytes_max(options.record_bytes_max) as u64 + 100;
+    let file = std::fs::OpenOptions::new().write(true).open(&last).unwrap();
+    std::os::unix::fs::FileExt::write_all_at(&file, &[0xEE; 16], end).unwrap();
+    std::os::unix::fs::FileExt::write_all_at(&file, &[0x5A; 16], far).unwrap();
+    drop(file);
+    let opened = Wal::open(dir.path(), options.clone());
+    let err = match opened {
+        Ok((_, recovered)) => panic!(
+            "opened: {recovered:?}, file len {}",
+            std::fs::metadata(&last).unwrap().len()
+        ),
+        Err(err) => err,
+    };
+    assert!(err.is_corruption(), "{err}");
+    assert!(
+        err.to_string()
+            .contains("beyond the longest possible write"),
+        "{err}"
+    );
+
+    // The same damage within reach of one write is a tear and is cut.
+    let file = std::fs::OpenOptions::new().write(true).open(&last).unwrap();
+    std::os::unix::fs::FileExt::write_all_at(&file, &[0; 16], far).unwrap();
+    drop(file);
+    let (_, recovered) = Wal::open(dir.path(), options).unwrap();
+    assert_eq!(recovered.last_lsn, 1);
+    assert!(recovered.torn_tail.is_some());
+}
+
+#[test]
+fn cutting_a_torn_tail_keeps_the_segment_preallocated() {
+    use std::os::unix::fs::MetadataExt;
+    let dir = tempfile::tempdir().unwrap();
+    let (last, offsets) = log_with_records(dir.path(), 3, 40);
+    let end = *offsets.last().unwrap();
+    let file = std::fs::OpenOptions::new().write(true).open(&last).unwrap();
+    std::os::unix::fs::FileExt::write_all_at(&file, &[0x77; 500], end).unwrap();
+    drop(file);
+    let (_, recovered) = Wal::open(dir.path(), small_options()).unwrap();
+    assert!(recovered.torn_tail.is_some());
+    let meta = std::fs::metadata(&last).unwrap();
+    assert_eq!(meta.len(), small_options().segment_bytes);
+    assert!(
+        meta.blocks() * 512 >= meta.len(),
+        "the repair left a hole: {} of {} bytes allocated",
+        meta.blocks() * 512,
+        meta.len()
+    );
+}
+
+#[test]
+fn a_stale_spare_segment_is_replaced_and_rotation_uses_spares() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join(crate::writer::SPARE_NAME),
+        b"left by a crash",
+    )
+    .unwrap();
+    let (wal, _) = Wal::open(dir.path(), small_options()).unwrap();
+    fill(&wal, 1, 120, |_| 2000);
+    wal.close().unwrap();
+    assert!(segments(dir.path()).len() >= 3);
+    let records = read_all(dir.path(), &small_options());
+    assert_eq!(records.len(), 120);
+    let (_, recovered) = Wal::open(dir.path(), small_options()).unwrap();
+    assert_eq!(recovered.last_lsn, 120);
+}
+
+#[test]
+fn snapshot_reserved_bytes_must_be_zero() {
+    let mut bytes = snapshot::encode(7, b"state");
+    bytes[36] = 0xFF;
+    assert!(snapshot::decode(&bytes).is_err());
+    let mut bytes = snapshot::encode(7, b"state");
+    bytes[12] = 1;
+    assert!(snapshot::decode(&bytes).is_err());
+}

@@ -9,9 +9,13 @@
 //! `write_barrier.rs`).
 //!
 //! A write never spans two segments. When the next record does not fit, the current batch is
-//! written and synced, then the next segment is created (temp name, zero-filled, synced, renamed,
-//! directory synced), so at any moment at most one write is not yet durable: the recovery rules in
-//! [`crate::recovery`] rely on it.
+//! written and synced, then the next segment is put in place, so at any moment at most one write
+//! is not yet durable: the recovery rules in [`crate::recovery`] rely on it.
+//!
+//! Zero-filling a 64 MiB segment takes ~100 ms; done at rotation it stalled every appender that
+//! long. A preallocator thread therefore keeps one spare segment ready (`next.spare`, zero-filled
+//! and synced); rotation only writes the header into it, syncs, renames it to its final name and
+//! syncs the directory, then asks for the next spare.
 //!
 //! Any failed write, sync or rotation poisons the log: the error is recorded, every waiter fails,
 //! and the thread stops. Nothing is retried (STYLE.md §12).
@@ -19,7 +23,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crossbeam_channel::{Receiver, TryRecvError};
+use crossbeam_channel::{Receiver, Sender, TryRecvError};
 
 use crate::error::{Error, Result};
 use crate::fs::{FileSystem, WalFile};
@@ -51,6 +55,74 @@ pub(crate) struct Writer {
     pub shared: Arc<Shared>,
     pub segment: ActiveSegment,
     pub rx: Receiver<Pending>,
+    pub spares: Spares,
+}
+
+/// The writer's end of the preallocator: ask for a spare, take it when rotating.
+pub(crate) struct Spares {
+    ask: Option<Sender<()>>,
+    ready: Receiver<std::io::Result<Box<dyn WalFile>>>,
+    asked: bool,
+}
+
+/// Name of the spare segment being prepared (no header yet; recovery removes a stale one).
+pub(crate) const SPARE_NAME: &str = "next.spare";
+
+impl Spares {
+    /// Starts the preallocator thread and asks it for the first spare.
+    pub fn start(
+        fs: Arc<dyn FileSystem>,
+        dir: PathBuf,
+        segment_bytes: u64,
+    ) -> std::io::Result<Self> {
+        let (ask, asks) = crossbeam_channel::bounded::<()>(1);
+        let (done, ready) = crossbeam_channel::bounded(1);
+        std::thread::Builder::new()
+            .name("wal-prealloc".into())
+            .spawn(move || {
+                while asks.recv().is_ok() {
+                    let path = dir.join(SPARE_NAME);
+                    let prepared = fs.create(&path).and_then(|file| {
+                        zero_fill(file.as_ref(), 0, segment_bytes)?;
+                        file.sync_data()?;
+                        Ok(file)
+                    });
+                    if done.send(prepared).is_err() {
+                        return;
+                    }
+                }
+            })?;
+        let mut spares = Spares {
+            ask: Some(ask),
+            ready,
+            asked: false,
+        };
+        spares.request();
+        Ok(spares)
+    }
+
+    fn request(&mut self) {
+        if let Some(ask) = &self.ask {
+            self.asked = ask.try_send(()).is_ok();
+        }
+    }
+
+    /// The prepared spare, waiting for it if it is still being written; `None` if none was asked
+    /// for or preparing it failed (the caller then creates a segment itself).
+    fn take(&mut self) -> Option<Box<dyn WalFile>> {
+        if !self.asked {
+            return None;
+        }
+        self.asked = false;
+        match self.ready.recv() {
+            Ok(Ok(file)) => Some(file),
+            Ok(Err(error)) => {
+                tracing::warn!(%error, "preparing a spare segment failed; creating the next segment inline");
+                None
+            }
+            Err(_) => None,
+        }
+    }
 }
 
 impl Writer {
@@ -139,12 +211,54 @@ impl Writer {
 
     /// Closes the full segment and starts a new one whose first record is `first_lsn`.
     fn rotate(&mut self, first_lsn: u64) -> Result<()> {
-        let segment = create_segment(self.fs.as_ref(), &self.dir, first_lsn, &self.options)?;
+        let segment = match self.spares.take() {
+            Some(spare) => install_spare(self.fs.as_ref(), &self.dir, spare, first_lsn)?,
+            None => create_segment(self.fs.as_ref(), &self.dir, first_lsn, &self.options)?,
+        };
+        self.spares.request();
         tracing::debug!(segment = %segment.path.display(), first_lsn, "rotated to a new segment");
         self.shared.add_segment(first_lsn, segment.path.clone());
         self.segment = segment;
         Ok(())
     }
+}
+
+/// Writes zeros over `[from, to)` of `file`, extending it if needed.
+pub(crate) fn zero_fill(file: &dyn WalFile, from: u64, to: u64) -> std::io::Result<()> {
+    let zeros = vec![0u8; 1 << 20];
+    let mut at = from;
+    while at < to {
+        let n = (to - at).min(zeros.len() as u64) as usize;
+        file.write_all_at(zeros.get(..n).unwrap_or_default(), at)?;
+        at += n as u64;
+    }
+    Ok(())
+}
+
+/// Turns a prepared spare into the segment starting at `first_lsn`: header, sync, rename, sync
+/// the directory. A crash before the rename leaves only a spare, which recovery removes.
+fn install_spare(
+    fs: &dyn FileSystem,
+    dir: &Path,
+    file: Box<dyn WalFile>,
+    first_lsn: u64,
+) -> Result<ActiveSegment> {
+    let path = dir.join(segment_file_name(first_lsn));
+    let context = |what: &str| format!("{what} new segment {}", path.display());
+    file.write_all_at(&encode_segment_header(first_lsn), 0)
+        .map_err(|e| Error::io(context("write the header of"), e))?;
+    file.sync_data()
+        .map_err(|e| Error::io(context("sync"), e))?;
+    fs.rename(&dir.join(SPARE_NAME), &path)
+        .map_err(|e| Error::io(context("rename the spare into"), e))?;
+    fs.sync_dir(dir)
+        .map_err(|e| Error::io(context("sync the directory of"), e))?;
+    Ok(ActiveSegment {
+        file,
+        path,
+        first_lsn,
+        offset: SEGMENT_HEADER_BYTES as u64,
+    })
 }
 
 /// Creates a segment durably: write header and zeros under a temp name, sync, rename, sync the
