@@ -3,7 +3,9 @@
 //!
 //! - `walletd_http_requests_total{operation,status}`
 //! - `walletd_http_request_duration_seconds{operation}` (histogram)
-//! - `walletd_wal_*`: fsyncs, fsync seconds, bytes, last and durable LSN (from the engine)
+//! - `walletd_wal_*`: fsyncs (group commits), fsync seconds, bytes, last and durable LSN; the
+//!   mean batch size is `walletd_wal_bytes_total / walletd_wal_fsyncs_total`
+//! - `walletd_shard_queue_depth{shard}`: commands queued at or running on each shard
 
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -55,7 +57,13 @@ impl Metrics {
     }
 
     /// Prometheus text exposition, with the engine's WAL figures appended.
-    pub fn render(&self, wal: wal::StatsSnapshot, last_lsn: u64, durable_lsn: u64) -> String {
+    pub fn render(
+        &self,
+        wal: wal::StatsSnapshot,
+        last_lsn: u64,
+        durable_lsn: u64,
+        queue_depths: &[u64],
+    ) -> String {
         let mut out = String::new();
         out.push_str("# HELP walletd_http_requests_total HTTP requests by operation and status.\n");
         out.push_str("# TYPE walletd_http_requests_total counter\n");
@@ -128,6 +136,17 @@ impl Metrics {
         );
         let _ = writeln!(out, "# HELP walletd_wal_last_lsn Newest LSN appended.\n# TYPE walletd_wal_last_lsn gauge\nwalletd_wal_last_lsn {last_lsn}");
         let _ = writeln!(out, "# HELP walletd_wal_durable_lsn Newest durable LSN.\n# TYPE walletd_wal_durable_lsn gauge\nwalletd_wal_durable_lsn {durable_lsn}");
+        let _ = writeln!(
+            out,
+            "# HELP walletd_shard_queue_depth Commands queued at or running on a shard."
+        );
+        let _ = writeln!(out, "# TYPE walletd_shard_queue_depth gauge");
+        for (shard, depth) in queue_depths.iter().enumerate() {
+            let _ = writeln!(
+                out,
+                "walletd_shard_queue_depth{{shard=\"{shard}\"}} {depth}"
+            );
+        }
         out
     }
 }

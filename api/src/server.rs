@@ -114,7 +114,13 @@ async fn handle(
             return respond(error_response(&error, &id), &id, false, &[]);
         }
     };
-    let (op, response) = match route_and_run(&app, request, remote, &request_id).await {
+    let span = tracing::info_span!("request", request_id = %request_id, method = %request.method(), path = %request.uri().path());
+    let (op, response) = match tracing::Instrument::instrument(
+        route_and_run(&app, request, remote, &request_id),
+        span,
+    )
+    .await
+    {
         Ok(done) => {
             let headers = done.limits.map(limit_header_values).unwrap_or_default();
             (

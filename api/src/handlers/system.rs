@@ -45,9 +45,12 @@ pub fn openapi() -> Handled {
 
 pub fn metrics(app: &SharedApp) -> Handled {
     let (last_lsn, durable_lsn) = app.engine.lsns();
-    let text = app
-        .metrics
-        .render(app.engine.wal_stats(), last_lsn, durable_lsn);
+    let text = app.metrics.render(
+        app.engine.wal_stats(),
+        last_lsn,
+        durable_lsn,
+        &app.engine.queue_depths(),
+    );
     Ok((
         Rendered {
             status: StatusCode::OK,

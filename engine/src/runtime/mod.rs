@@ -142,6 +142,8 @@ pub struct Reply {
 
 struct Inner {
     shards: Vec<Addr<ShardActor>>,
+    /// Commands sent to each shard and not yet answered (a gauge for metrics).
+    in_flight: Vec<std::sync::atomic::AtomicU64>,
     orchestrator: ArbiterHandle,
     wal: wal::Wal,
     clock: Arc<dyn Clock>,
@@ -205,6 +207,16 @@ impl Engine {
     #[must_use]
     pub fn lsns(&self) -> (u64, u64) {
         (self.inner.wal.last_lsn(), self.inner.wal.durable_lsn())
+    }
+
+    /// Commands queued at or running on each shard, in shard order.
+    #[must_use]
+    pub fn queue_depths(&self) -> Vec<u64> {
+        self.inner
+            .in_flight
+            .iter()
+            .map(|gauge| gauge.load(std::sync::atomic::Ordering::Relaxed))
+            .collect()
     }
 
     /// The log's writer counters.

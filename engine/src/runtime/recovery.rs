@@ -327,9 +327,14 @@ fn start(
         .map_err(|e| OpenError::Start(e.to_string()))?;
     let (shards, orchestrator, system) = rx.recv().map_err(|e| OpenError::Start(e.to_string()))?;
     let last_lsn = wal.last_lsn();
+    let in_flight = shards
+        .iter()
+        .map(|_| std::sync::atomic::AtomicU64::new(0))
+        .collect();
     Ok(Engine {
         inner: Arc::new(Inner {
             shards,
+            in_flight,
             orchestrator,
             wal,
             clock,
