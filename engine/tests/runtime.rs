@@ -521,3 +521,19 @@ async fn registered_customers_keep_their_primary_wallet_across_restarts() {
     assert_eq!(balance(&engine, wallet.id).await, Decimal::ZERO);
     engine.shutdown().unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropping_the_engine_releases_the_data_dir_and_keeps_acknowledged_work() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(SeededClock::new(29, 1_700_000_000_000));
+    let engine = open(dir.path(), 2, clock.clone());
+    let wallet = create_wallet(&engine, 1).await;
+    engine
+        .execute(Command::Deposit(money(wallet, "12.34")))
+        .await
+        .unwrap();
+    drop(engine);
+    let engine = open(dir.path(), 2, clock);
+    assert_eq!(balance(&engine, wallet).await, amount("12.34"));
+    engine.shutdown().unwrap();
+}

@@ -155,6 +155,30 @@ struct Inner {
     snapshot_state: Mutex<SnapshotState>,
 }
 
+impl Inner {
+    /// Stops the actor system, then flushes and closes the log. Idempotent.
+    fn stop(&self) -> Result<(), EngineError> {
+        self.system.stop();
+        let actors = self
+            .actors
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        if let Some(handle) = actors {
+            let _ = handle.join();
+        }
+        self.wal.clone().close().map_err(unavailable)
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        if let Err(error) = self.stop() {
+            tracing::error!(%error, "closing the engine failed");
+        }
+    }
+}
+
 #[derive(Default)]
 struct SnapshotState {
     last_lsn: u64,
@@ -807,23 +831,9 @@ impl Engine {
     }
 
     /// Stops the shards, makes the log durable and closes it. Requests still queued fail.
+    /// Dropping the last handle does the same, without reporting a failure to flush.
     pub fn shutdown(self) -> Result<(), EngineError> {
-        self.inner.system.stop();
-        if let Some(handle) = self
-            .inner
-            .actors
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .take()
-        {
-            let _ = handle.join();
-        }
-        self.inner
-            .wal
-            .sync()
-            .wait()
-            .map(|_| ())
-            .map_err(unavailable)
+        self.inner.stop()
     }
 }
 
