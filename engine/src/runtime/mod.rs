@@ -164,7 +164,10 @@ impl Inner {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .take();
-        if let Some(handle) = actors {
+        // On one of the engine's own Arbiter threads (the last handle dropped by a background
+        // snapshot, say) joining would wait for this very thread: let the system wind down alone.
+        let on_engine_thread = actix::System::try_current().is_some();
+        if let (Some(handle), false) = (actors, on_engine_thread) {
             let _ = handle.join();
         }
         self.wal.clone().close().map_err(unavailable)
