@@ -3,8 +3,8 @@
 //!
 //! - `walletd_http_requests_total{operation,status}`
 //! - `walletd_http_request_duration_seconds{operation}` (histogram)
-//! - `walletd_wal_*`: fsyncs (group commits), fsync seconds, bytes, last and durable LSN; the
-//!   mean batch size is `walletd_wal_bytes_total / walletd_wal_fsyncs_total`
+//! - `walletd_wal_*`: fsyncs (group commits), fsync seconds, records, bytes, last and durable
+//!   LSN; the mean batch is `walletd_wal_records_total / walletd_wal_fsyncs_total`
 //! - `walletd_shard_queue_depth{shard}`: commands queued at or running on each shard
 
 use std::fmt::Write as _;
@@ -124,6 +124,11 @@ impl Metrics {
             out,
             "# TYPE walletd_wal_fsync_seconds_total counter\nwalletd_wal_fsync_seconds_total {}",
             wal.sync_nanos as f64 / 1e9
+        );
+        let _ = writeln!(
+            out,
+            "# HELP walletd_wal_records_total Records written to the WAL (records / fsyncs = mean batch).\n# TYPE walletd_wal_records_total counter\nwalletd_wal_records_total {}",
+            wal.records
         );
         let _ = writeln!(
             out,

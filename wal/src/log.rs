@@ -114,6 +114,7 @@ pub struct Stats {
     syncs: AtomicU64,
     sync_nanos: AtomicU64,
     bytes: AtomicU64,
+    records: AtomicU64,
 }
 
 /// A copy of [`Stats`] at one moment.
@@ -125,10 +126,13 @@ pub struct StatsSnapshot {
     pub sync_nanos: u64,
     /// Bytes written.
     pub bytes: u64,
+    /// Records written (records / syncs is the mean group-commit batch).
+    pub records: u64,
 }
 
 impl Stats {
-    pub(crate) fn record_sync(&self, took: Duration, bytes: usize) {
+    pub(crate) fn record_sync(&self, took: Duration, bytes: usize, records: u64) {
+        self.records.fetch_add(records, Ordering::Relaxed);
         self.syncs.fetch_add(1, Ordering::Relaxed);
         self.sync_nanos.fetch_add(
             u64::try_from(took.as_nanos()).unwrap_or(u64::MAX),
@@ -142,6 +146,7 @@ impl Stats {
             syncs: self.syncs.load(Ordering::Relaxed),
             sync_nanos: self.sync_nanos.load(Ordering::Relaxed),
             bytes: self.bytes.load(Ordering::Relaxed),
+            records: self.records.load(Ordering::Relaxed),
         }
     }
 }
@@ -515,6 +520,7 @@ impl Wal {
             segment,
             rx,
             spares,
+            flushed_lsn: last_lsn,
         };
         let handle = std::thread::Builder::new()
             .name("wal-writer".into())

@@ -56,6 +56,8 @@ pub(crate) struct Writer {
     pub segment: ActiveSegment,
     pub rx: Receiver<Pending>,
     pub spares: Spares,
+    /// LSN of the last record written (for the records-per-sync counter).
+    pub flushed_lsn: u64,
 }
 
 /// The writer's end of the preallocator: ask for a spare, take it when rotating.
@@ -190,6 +192,8 @@ impl Writer {
             })?;
         segment.offset += buf.len() as u64;
         let batch_bytes = buf.len();
+        let batch_records = last_lsn.saturating_sub(self.flushed_lsn);
+        self.flushed_lsn = last_lsn;
         buf.clear();
         if self.options.fsync == FsyncPolicy::Always {
             let started = std::time::Instant::now();
@@ -199,11 +203,11 @@ impl Writer {
                 .map_err(|e| Error::io(format!("fdatasync {}", segment.path.display()), e))?;
             self.shared
                 .stats
-                .record_sync(started.elapsed(), batch_bytes);
+                .record_sync(started.elapsed(), batch_bytes, batch_records);
         } else {
             self.shared
                 .stats
-                .record_sync(std::time::Duration::ZERO, batch_bytes);
+                .record_sync(std::time::Duration::ZERO, batch_bytes, batch_records);
         }
         self.shared.publish_durable(last_lsn);
         Ok(())
