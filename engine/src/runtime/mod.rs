@@ -11,10 +11,12 @@
 //!
 //! # Threads
 //! The WAL writer is its own thread. Each shard actor runs on its own Arbiter (a current-thread
-//! tokio runtime). One more Arbiter, the *orchestrator*, runs every request the API submits: a
-//! request runs to its end there even if the HTTP client goes away, because actix skips a queued
-//! message whose requester has dropped its reply channel (notes/dependencies.md §1) and a transfer
-//! must never stop halfway because a client hung up.
+//! tokio runtime). Every request the API submits is spawned onto the Arbiter of the shard it
+//! concerns and runs to its end there even if the HTTP client goes away: actix skips a queued
+//! message whose requester has dropped its reply channel (notes/dependencies.md §1), and a
+//! transfer must never stop halfway, nor an idempotency key stay claimed, because a client hung
+//! up. Spawning on the shard's own thread (rather than one shared orchestrator thread) keeps the
+//! hop to the actor thread-local and lets shards orchestrate in parallel.
 //!
 //! # Cross-shard transfers
 //! With one shard (the default) a transfer is one command and one WAL record: atomic. When the
@@ -144,7 +146,8 @@ struct Inner {
     shards: Vec<Addr<ShardActor>>,
     /// Commands sent to each shard and not yet answered (a gauge for metrics).
     in_flight: Vec<std::sync::atomic::AtomicU64>,
-    orchestrator: ArbiterHandle,
+    /// The Arbiter of each shard, for work that must outlive its caller.
+    arbiters: Vec<ArbiterHandle>,
     wal: wal::Wal,
     clock: Arc<dyn Clock>,
     idempotency: Arc<IdempotencyTable>,
@@ -258,14 +261,19 @@ impl Engine {
         &self.inner.clock
     }
 
-    /// Runs `work` on the orchestrator Arbiter, so it finishes even if the caller stops waiting.
-    async fn detached<T, F>(&self, work: F) -> Result<T, EngineError>
+    /// Runs `work` on shard `home`'s Arbiter, so it finishes even if the caller stops waiting.
+    async fn detached<T, F>(&self, home: u32, work: F) -> Result<T, EngineError>
     where
         T: Send + 'static,
         F: std::future::Future<Output = Result<T, EngineError>> + Send + 'static,
     {
         let (tx, rx) = tokio::sync::oneshot::channel();
-        let spawned = self.inner.orchestrator.spawn(async move {
+        let arbiter = self
+            .inner
+            .arbiters
+            .get(home as usize)
+            .ok_or_else(|| EngineError::Unavailable(format!("no shard {home}")))?;
+        let spawned = arbiter.spawn(async move {
             let _ = tx.send(work.await);
         });
         if !spawned {
@@ -280,7 +288,7 @@ impl Engine {
     /// Executes a command and returns its outcome once durable.
     pub async fn execute(&self, command: Command) -> Result<Outcome, EngineError> {
         let engine = self.clone();
-        self.detached(async move {
+        self.detached(self.home(&command), async move {
             let executed = engine.dispatch(command, None).await?;
             executed.result.map_err(EngineError::Rejected)
         })
@@ -323,7 +331,9 @@ impl Engine {
         };
         let engine = self.clone();
         let outcome = self
-            .detached(async move { engine.dispatch(command, Some(record)).await })
+            .detached(self.home(&command), async move {
+                engine.dispatch(command, Some(record)).await
+            })
             .await;
         match outcome {
             Ok(Executed {
@@ -405,6 +415,28 @@ impl Engine {
             .map_err(unavailable)??;
         self.maybe_snapshot();
         Ok(executed)
+    }
+
+    /// The shard whose Arbiter runs a command's orchestration: its wallet's (the source's for a
+    /// transfer), or shard 0 when only an async lookup could tell (holds and transactions named
+    /// by uuid).
+    fn home(&self, command: &Command) -> u32 {
+        let count = self.shard_count();
+        match command {
+            Command::CreateWallet(create) => owner_shard(create.owner_id, count),
+            Command::FreezeWallet { wallet_id }
+            | Command::UnfreezeWallet { wallet_id }
+            | Command::VerifyIntegrity { wallet_id } => shard_of(wallet_id.0, count),
+            Command::Deposit(movement) | Command::Withdraw(movement) => {
+                shard_of(movement.wallet_id.0, count)
+            }
+            Command::Transfer(args) | Command::TransferReserve(args) => {
+                shard_of(args.source_wallet_id.0, count)
+            }
+            Command::TransferCredit(credit) => shard_of(credit.target_wallet_id.0, count),
+            Command::PlaceHold(hold) => shard_of(hold.wallet_id.0, count),
+            _ => 0,
+        }
     }
 
     /// Routes a command to its shard (or runs the cross-shard protocol).
@@ -594,7 +626,7 @@ impl Engine {
         command: DirectoryCommand,
     ) -> Result<DirectoryEvent, EngineError> {
         let engine = self.clone();
-        self.detached(async move {
+        self.detached(0, async move {
             let message = ExecuteDirectory {
                 command,
                 context: engine.inner.clock.context(),
@@ -632,7 +664,7 @@ impl Engine {
         currency: Currency,
     ) -> Result<(Customer, WalletView), EngineError> {
         let engine = self.clone();
-        self.detached(async move {
+        self.detached(0, async move {
             let command = DirectoryCommand::RegisterCustomer {
                 name,
                 phone,
@@ -791,7 +823,10 @@ impl Engine {
             }
         }
         let engine = self.clone();
-        self.inner.orchestrator.spawn(async move {
+        let Some(arbiter) = self.inner.arbiters.first() else {
+            return;
+        };
+        arbiter.spawn(async move {
             if let Err(error) = engine.snapshot().await {
                 tracing::warn!(%error, "periodic snapshot failed");
             }

@@ -308,24 +308,22 @@ fn start(
                 ));
                 arbiters.push(arbiter);
             }
-            let orchestrator = actix::Arbiter::new();
+            let handles: Vec<actix::ArbiterHandle> =
+                arbiters.iter().map(actix::Arbiter::handle).collect();
             drop(actor_wal);
-            if tx
-                .send((addrs, orchestrator.handle(), actix::System::current()))
-                .is_err()
-            {
+            if tx.send((addrs, handles, actix::System::current())).is_err() {
                 return;
             }
             if let Err(error) = system.run() {
                 tracing::error!(%error, "the engine's actor system stopped with an error");
             }
-            for arbiter in arbiters.into_iter().chain(std::iter::once(orchestrator)) {
+            for arbiter in arbiters {
                 arbiter.stop();
                 let _ = arbiter.join();
             }
         })
         .map_err(|e| OpenError::Start(e.to_string()))?;
-    let (shards, orchestrator, system) = rx.recv().map_err(|e| OpenError::Start(e.to_string()))?;
+    let (shards, arbiters, system) = rx.recv().map_err(|e| OpenError::Start(e.to_string()))?;
     let last_lsn = wal.last_lsn();
     let in_flight = shards
         .iter()
@@ -335,7 +333,7 @@ fn start(
         inner: Arc::new(Inner {
             shards,
             in_flight,
-            orchestrator,
+            arbiters,
             wal,
             clock,
             idempotency: table,
