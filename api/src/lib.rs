@@ -10,6 +10,9 @@
 //! - [`ratelimit`], [`metrics`]: per-caller limits, Prometheus text.
 //! - [`cli`]: the `walletd` binary's commands (`serve`, `replay`, `wal inspect`, `snapshot`).
 
+// Bad input never panics the server: no unwrap or expect outside tests.
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+
 pub mod app;
 pub mod auth;
 pub mod cli;
