@@ -35,6 +35,11 @@ enum Slot {
         at_ms: i64,
         lsn: u64,
         response: Vec<u8>,
+        /// The pending record this answer replaced, with its LSN. Kept so that a snapshot
+        /// taken before the answer is durable still carries the key (as pending): otherwise a
+        /// crash that loses the answer would leave the key unknown, and a retry would run the
+        /// transfer again.
+        replaced: Option<(u64, IdempotencyRecord)>,
     },
 }
 
@@ -99,12 +104,17 @@ impl IdempotencyTable {
 
     /// Records an answer (or the start of a multi-step command) logged at `lsn`.
     pub fn record(&self, record: &IdempotencyRecord, lsn: u64) {
+        let id = (record.caller.clone(), record.key.clone());
         let slot = match &record.response {
             Some(response) => Slot::Done {
                 fingerprint: record.fingerprint,
                 at_ms: record.at_ms,
                 lsn,
                 response: response.clone(),
+                replaced: match self.slots.get(&id).as_deref() {
+                    Some(Slot::Pending { lsn, record, .. }) => Some((*lsn, record.clone())),
+                    _ => None,
+                },
             },
             None => Slot::Pending {
                 fingerprint: record.fingerprint,
@@ -113,8 +123,7 @@ impl IdempotencyTable {
                 record: record.clone(),
             },
         };
-        self.slots
-            .insert((record.caller.clone(), record.key.clone()), slot);
+        self.slots.insert(id, slot);
     }
 
     /// Durable answers (LSN ≤ `durable_lsn`) newer than `cutoff_ms`, for a snapshot, sorted so
@@ -132,6 +141,7 @@ impl IdempotencyTable {
                         at_ms,
                         lsn,
                         response,
+                        ..
                     } if *at_ms >= cutoff_ms && *lsn <= durable_lsn => Some(IdempotencyRecord {
                         caller: caller.clone(),
                         key: key.clone(),
@@ -144,6 +154,12 @@ impl IdempotencyTable {
                     Slot::Pending { lsn, record, .. } if *lsn <= durable_lsn => {
                         Some(record.clone())
                     }
+                    // Answered, but the answer is not durable yet: keep the durable pending key.
+                    Slot::Done {
+                        replaced: Some((pending_lsn, record)),
+                        lsn,
+                        ..
+                    } if *lsn > durable_lsn && *pending_lsn <= durable_lsn => Some(record.clone()),
                     _ => None,
                 }
             })
