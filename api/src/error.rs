@@ -143,6 +143,8 @@ impl ApiError {
             | R::InvalidState(_)
             | R::HoldExpired
             | R::AlreadyReversed => StatusCode::CONFLICT,
+            R::PaymentLinkExpired => StatusCode::CONFLICT,
+            R::FourEyes => StatusCode::FORBIDDEN,
             R::WrongShard(_) => StatusCode::INTERNAL_SERVER_ERROR,
             _ => StatusCode::UNPROCESSABLE_ENTITY,
         };

@@ -482,62 +482,42 @@ pub fn render_outcome(route: u16, outcome: &Outcome) -> Rendered {
         StatusCode::OK
     };
     let refund = matches!(op, Some(Op::RefundWalletTransaction));
-    let wrap = |data: &dyn erased::Data| -> Rendered {
-        if refund {
-            Rendered::json(status, &translated(erased::Wrap(data), "Refund completed"))
-        } else {
-            Rendered::json(status, &envelope(erased::Wrap(data), None))
-        }
-    };
     match outcome {
-        Outcome::Wallet(view) => wrap(&wallet(view)),
+        Outcome::Wallet(view) => wrapped(status, wallet(view), refund),
         Outcome::Transaction(view)
         | Outcome::TransferReserved {
             transaction: view, ..
         }
         | Outcome::TransferCredited {
             transaction: view, ..
-        } => wrap(&transaction(view)),
-        Outcome::Hold(view) => wrap(&hold(view)),
+        } => wrapped(status, transaction(view), refund),
+        Outcome::Hold(view) => wrapped(status, hold(view), refund),
         Outcome::Reversal {
             transaction: t,
             entries,
-        } => wrap(&ReversalJson {
-            transaction: transaction(t),
-            entries: entries.iter().map(entry).collect(),
-        }),
-        Outcome::Integrity(report) => {
-            wrap(&json!({ "wallet_id": report.wallet_id.0, "valid": report.valid }))
-        }
-        other => wrap(&json!({ "outcome": format!("{other:?}") })),
+        } => wrapped(
+            status,
+            ReversalJson {
+                transaction: transaction(t),
+                entries: entries.iter().map(entry).collect(),
+            },
+            refund,
+        ),
+        Outcome::Integrity(report) => wrapped(
+            status,
+            json!({ "wallet_id": report.wallet_id.0, "valid": report.valid }),
+            refund,
+        ),
+        other => wrapped(status, json!({ "outcome": format!("{other:?}") }), refund),
     }
 }
 
-/// Lets one envelope wrap any of the response structs without a generic function per shape.
-mod erased {
-    use serde::{Serialize, Serializer};
-
-    pub trait Data {
-        fn to_value_bytes(&self) -> Vec<u8>;
-    }
-
-    impl<T: Serialize> Data for T {
-        fn to_value_bytes(&self) -> Vec<u8> {
-            serde_json::to_vec(self).unwrap_or_default()
-        }
-    }
-
-    /// Serializes the wrapped data by splicing its already-exact JSON text in as a raw value.
-    pub struct Wrap<'a>(pub &'a dyn Data);
-
-    impl Serialize for Wrap<'_> {
-        fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-            let text =
-                String::from_utf8(self.0.to_value_bytes()).map_err(serde::ser::Error::custom)?;
-            let raw = serde_json::value::RawValue::from_string(text)
-                .map_err(serde::ser::Error::custom)?;
-            raw.serialize(serializer)
-        }
+/// The standard envelope around `data`, serialized once, straight to bytes.
+fn wrapped<T: Serialize>(status: StatusCode, data: T, refund: bool) -> Rendered {
+    if refund {
+        Rendered::json(status, &translated(data, "Refund completed"))
+    } else {
+        Rendered::json(status, &envelope(data, None))
     }
 }
 

@@ -126,6 +126,7 @@ impl Shard {
                 wallet.balance_verified_at_ms = *at_ms;
                 Ok(())
             }
+            commerce => self.apply_commerce(commerce),
         }
     }
 
@@ -134,13 +135,16 @@ impl Shard {
         events.iter().try_for_each(|event| self.apply(event))
     }
 
-    fn wallet_for_apply(&mut self, wallet_id: WalletId) -> Result<&mut Wallet, ApplyError> {
+    pub(crate) fn wallet_for_apply(
+        &mut self,
+        wallet_id: WalletId,
+    ) -> Result<&mut Wallet, ApplyError> {
         self.wallet_mut(wallet_id)
             .ok_or(ApplyError::new("unknown wallet", wallet_id.0))
     }
 
     /// Checks that `id` is the next id of a sequence and returns the sequence number after it.
-    fn next_in_sequence(
+    pub(crate) fn next_in_sequence(
         &self,
         id: u64,
         next_seq: u64,

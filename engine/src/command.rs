@@ -6,9 +6,13 @@
 
 use rust_decimal::Decimal;
 
+use crate::commerce_view::{PaymentLinkView, PaymentView, PayoutView, QrView, SettlementView};
 use crate::currency::Currency;
 use crate::error::Rejection;
-use crate::ids::{Uuid, WalletId};
+use crate::fee::FeeRule;
+use crate::ids::{PayoutId, SettlementId, Uuid, WalletId};
+use crate::payment::{PaymentMoveKind, PaymentProvider, PaymentReservation};
+use crate::payout::PeriodType;
 use crate::transfer::OutgoingTransfer;
 use crate::view::{EntryView, HoldView, IntegrityReport, TransactionView, WalletView};
 use crate::wallet::{OwnerType, WalletType};
@@ -133,6 +137,157 @@ pub struct Refund {
     pub details: Details,
 }
 
+/// Starts a payment, on the merchant wallet's shard (see `payment` docs).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InitiatePayment {
+    /// The merchant (business) id; the merchant wallet must belong to it.
+    pub merchant_id: u64,
+    pub merchant_wallet_id: WalletId,
+    /// Recorded; may live on another shard (checked here only when it is local).
+    pub payer_wallet_id: WalletId,
+    pub amount: Decimal,
+    pub currency: Currency,
+    /// The currency's fee rule from the configuration; the split is computed now and stored.
+    pub fee: FeeRule,
+    pub provider: PaymentProvider,
+    pub description: Option<String>,
+    /// Opaque client metadata (JSON text).
+    pub metadata: Option<String>,
+    pub idempotency_key: Option<String>,
+    /// A payment link of this merchant wallet: active, not expired, same amount and currency.
+    pub payment_link_uuid: Option<Uuid>,
+}
+
+/// Refunds a completed payment, in part (`amount`) or in whole (default: what is left).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RefundPayment {
+    pub payment_uuid: Uuid,
+    pub amount: Option<Decimal>,
+    pub reason: Option<String>,
+}
+
+/// An outside provider's verdict on a pending `sandbox` payment (its webhook).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PaymentProviderResult {
+    pub payment_uuid: Uuid,
+    pub succeeded: bool,
+    /// When given it must be the payment's `provider_ref`.
+    pub provider_ref: Option<String>,
+}
+
+/// Cross-shard confirm, step 1, on the payer's shard (built from the payment on the merchant's).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PaymentReserve {
+    pub payment_uuid: Uuid,
+    pub payer_wallet_id: WalletId,
+    pub merchant_wallet_id: WalletId,
+    pub amount: Decimal,
+    pub currency: Currency,
+    pub description: Option<String>,
+}
+
+impl PaymentReserve {
+    /// The reserve command that confirms `payment` across shards.
+    #[must_use]
+    pub fn for_payment(payment: &PaymentView) -> Self {
+        Self {
+            payment_uuid: payment.uuid,
+            payer_wallet_id: payment.payer_wallet_id,
+            merchant_wallet_id: payment.merchant_wallet_id,
+            amount: payment.amount,
+            currency: payment.currency,
+            description: payment.description.clone(),
+        }
+    }
+}
+
+/// Cross-shard payment step 2, on the target wallet's shard.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PaymentCredit {
+    pub reservation_uuid: Uuid,
+    pub payment_uuid: Uuid,
+    pub kind: PaymentMoveKind,
+    pub source_wallet_id: WalletId,
+    pub target_wallet_id: WalletId,
+    pub amount: Decimal,
+    pub currency: Currency,
+}
+
+impl PaymentCredit {
+    /// The credit command for a reservation.
+    #[must_use]
+    pub fn for_reservation(reservation: &PaymentReservation) -> Self {
+        Self {
+            reservation_uuid: reservation.uuid,
+            payment_uuid: reservation.payment_uuid,
+            kind: reservation.kind,
+            source_wallet_id: reservation.source_wallet_id,
+            target_wallet_id: reservation.target_wallet_id,
+            amount: reservation.amount,
+            currency: reservation.currency,
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CreatePaymentLink {
+    pub merchant_wallet_id: WalletId,
+    pub amount: Decimal,
+    pub currency: Currency,
+    pub description: Option<String>,
+    /// 1..=43200, default 1440 (one day).
+    pub expires_in_minutes: Option<u32>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CreateQr {
+    pub merchant_wallet_id: WalletId,
+    /// A dynamic QR fixes the amount; without it the payer types it.
+    pub amount: Option<Decimal>,
+    pub currency: Currency,
+    /// Default: the wallet's branch.
+    pub branch_id: Option<u64>,
+    /// 1..=43200, default 1440 (one day).
+    pub expires_in_minutes: Option<u32>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CreatePayout {
+    pub wallet_id: WalletId,
+    pub amount: Decimal,
+    pub currency: Currency,
+    /// Non-empty.
+    pub payout_method: String,
+    /// Opaque JSON text.
+    pub payout_destination: Option<String>,
+    pub description: Option<String>,
+    pub idempotency_key: Option<String>,
+    /// Employee id (four eyes: this employee may not approve it).
+    pub created_by: u64,
+}
+
+/// The payout provider's verdict on an executed payout (its webhook).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PayoutProviderResult {
+    pub payout_id: PayoutId,
+    pub succeeded: bool,
+    pub provider_ref: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CreateSettlement {
+    pub wallet_id: WalletId,
+    pub period_type: PeriodType,
+    /// First day, as its UTC day start (unix ms).
+    pub period_start_ms: i64,
+    /// Last day (inclusive), as its UTC day start.
+    pub period_end_ms: i64,
+    pub notes: Option<String>,
+    pub idempotency_key: Option<String>,
+    /// Employee id (four eyes: this employee may not approve it).
+    pub created_by: u64,
+}
+
 /// Everything that can change a shard.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -184,6 +339,88 @@ pub enum Command {
     VerifyIntegrity {
         wallet_id: WalletId,
     },
+    // ----- commerce (records on the merchant's / wallet's shard; see `payment`, `payout`) -----
+    /// A pending payment, on the merchant wallet's shard.
+    InitiatePayment(InitiatePayment),
+    /// Completes a pending `wallet` payment whose payer is on this shard too: one posting.
+    ConfirmPayment {
+        payment_uuid: Uuid,
+    },
+    /// Pending only → cancelled.
+    CancelPayment {
+        payment_uuid: Uuid,
+    },
+    /// Pending only → failed (a provider failure); no money moves.
+    FailPayment {
+        payment_uuid: Uuid,
+    },
+    /// A `sandbox` payment's webhook: success completes it (funded by the float), failure fails it.
+    PaymentProviderResult(PaymentProviderResult),
+    /// On the merchant's shard; crosses shards when the payer lives elsewhere.
+    RefundPayment(RefundPayment),
+    /// Cross-shard confirm step 1, on the payer's shard.
+    PaymentReserve(PaymentReserve),
+    /// Cross-shard payment step 2 (charge or refund), on the target wallet's shard.
+    PaymentCredit(PaymentCredit),
+    /// Cross-shard payment step 3 (credit done), on the reservation's shard.
+    PaymentReserveFinalize {
+        reservation_uuid: Uuid,
+    },
+    /// Cross-shard payment undo (credit refused), on the reservation's shard.
+    PaymentReserveRelease {
+        reservation_uuid: Uuid,
+    },
+    CreatePaymentLink(CreatePaymentLink),
+    CreateQr(CreateQr),
+    /// Holds the funds and records a pending payout.
+    CreatePayout(CreatePayout),
+    /// Pending → approved; `by` may not be the creator.
+    ApprovePayout {
+        payout_id: PayoutId,
+        by: u64,
+        notes: Option<String>,
+    },
+    /// Pending → rejected (reason required); the hold is released.
+    RejectPayout {
+        payout_id: PayoutId,
+        by: u64,
+        reason: String,
+    },
+    /// Pending or approved → cancelled; the hold is released.
+    CancelPayout {
+        payout_id: PayoutId,
+        by: u64,
+    },
+    /// Approved → executed: the hold is captured into payout clearing.
+    ExecutePayout {
+        payout_id: PayoutId,
+        by: u64,
+    },
+    /// Executed → paid, or → failed with the funds returned.
+    PayoutProviderResult(PayoutProviderResult),
+    CreateSettlement(CreateSettlement),
+    /// Pending → approved; `by` may not be the creator.
+    ApproveSettlement {
+        settlement_id: SettlementId,
+        by: u64,
+        notes: Option<String>,
+    },
+    /// Pending → rejected (reason required); its items are freed.
+    RejectSettlement {
+        settlement_id: SettlementId,
+        by: u64,
+        reason: String,
+    },
+    /// Pending or approved → cancelled; its items are freed.
+    CancelSettlement {
+        settlement_id: SettlementId,
+        by: u64,
+    },
+    /// Approved → executed: the net total moves into settlement clearing.
+    ExecuteSettlement {
+        settlement_id: SettlementId,
+        by: u64,
+    },
 }
 
 /// What `Shard::execute` returns for an accepted command.
@@ -216,6 +453,25 @@ pub enum Outcome {
         entries: Vec<EntryView>,
     },
     Integrity(IntegrityReport),
+    /// Initiate, same-shard confirm, cancel, fail, provider result, same-shard refund.
+    Payment(PaymentView),
+    /// A cross-shard payment step 1 (`PaymentReserve`, or `RefundPayment` with a remote payer):
+    /// the reservation and the source wallet's debit.
+    PaymentReserved {
+        reservation: PaymentReservation,
+        transaction: TransactionView,
+    },
+    /// `duplicate`: this reservation was credited before; nothing changed.
+    PaymentCredited {
+        transaction: TransactionView,
+        duplicate: bool,
+    },
+    /// Finalize or release (the state says which).
+    PaymentReservationSettled(PaymentReservation),
+    PaymentLink(PaymentLinkView),
+    Qr(QrView),
+    Payout(PayoutView),
+    Settlement(SettlementView),
 }
 
 /// A page request: 1-based page number, 1..=100 records a page.

@@ -1,4 +1,4 @@
-//! Currencies: a built-in ISO 4217 table with minor units.
+//! Currencies: a built-in ISO 4217 table with minor units and numeric codes.
 //!
 //! [`Currency`] is a 4-byte `Copy` value (code + minor unit) so that it can sit in every wallet and
 //! entry without a pointer. It can only be made from the table, so a `Currency` in memory or in a
@@ -11,85 +11,86 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::error::Rejection;
 
-/// ISO 4217 codes and minor units (number of fraction digits), sorted by code for binary search.
-const TABLE: &[(&str, u8)] = &[
-    ("AED", 2),
-    ("AFN", 2),
-    ("ALL", 2),
-    ("AMD", 2),
-    ("ARS", 2),
-    ("AUD", 2),
-    ("AZN", 2),
-    ("BDT", 2),
-    ("BGN", 2),
-    ("BHD", 3),
-    ("BRL", 2),
-    ("CAD", 2),
-    ("CHF", 2),
-    ("CLP", 0),
-    ("CNY", 2),
-    ("COP", 2),
-    ("CZK", 2),
-    ("DJF", 0),
-    ("DKK", 2),
-    ("DZD", 2),
-    ("EGP", 2),
-    ("ETB", 2),
-    ("EUR", 2),
-    ("GBP", 2),
-    ("GNF", 0),
-    ("HKD", 2),
-    ("HUF", 2),
-    ("IDR", 2),
-    ("ILS", 2),
-    ("INR", 2),
-    ("IQD", 3),
-    ("IRR", 2),
-    ("ISK", 0),
-    ("JOD", 3),
-    ("JPY", 0),
-    ("KES", 2),
-    ("KMF", 0),
-    ("KRW", 0),
-    ("KWD", 3),
-    ("KZT", 2),
-    ("LBP", 2),
-    ("LKR", 2),
-    ("LYD", 3),
-    ("MAD", 2),
-    ("MXN", 2),
-    ("MYR", 2),
-    ("NGN", 2),
-    ("NOK", 2),
-    ("NZD", 2),
-    ("OMR", 3),
-    ("PHP", 2),
-    ("PKR", 2),
-    ("PLN", 2),
-    ("PYG", 0),
-    ("QAR", 2),
-    ("RON", 2),
-    ("RUB", 2),
-    ("RWF", 0),
-    ("SAR", 2),
-    ("SDG", 2),
-    ("SEK", 2),
-    ("SGD", 2),
-    ("SOS", 2),
-    ("SYP", 2),
-    ("THB", 2),
-    ("TND", 3),
-    ("TRY", 2),
-    ("TWD", 2),
-    ("UAH", 2),
-    ("UGX", 0),
-    ("USD", 2),
-    ("UYU", 2),
-    ("VND", 0),
-    ("XAF", 0),
-    ("XOF", 0),
-    ("YER", 2),
-    ("ZAR", 2),
+/// ISO 4217 codes, minor units (number of fraction digits) and numeric codes, sorted by code for
+/// binary search.
+const TABLE: &[(&str, u8, u16)] = &[
+    ("AED", 2, 784),
+    ("AFN", 2, 971),
+    ("ALL", 2, 8),
+    ("AMD", 2, 51),
+    ("ARS", 2, 32),
+    ("AUD", 2, 36),
+    ("AZN", 2, 944),
+    ("BDT", 2, 50),
+    ("BGN", 2, 975),
+    ("BHD", 3, 48),
+    ("BRL", 2, 986),
+    ("CAD", 2, 124),
+    ("CHF", 2, 756),
+    ("CLP", 0, 152),
+    ("CNY", 2, 156),
+    ("COP", 2, 170),
+    ("CZK", 2, 203),
+    ("DJF", 0, 262),
+    ("DKK", 2, 208),
+    ("DZD", 2, 12),
+    ("EGP", 2, 818),
+    ("ETB", 2, 230),
+    ("EUR", 2, 978),
+    ("GBP", 2, 826),
+    ("GNF", 0, 324),
+    ("HKD", 2, 344),
+    ("HUF", 2, 348),
+    ("IDR", 2, 360),
+    ("ILS", 2, 376),
+    ("INR", 2, 356),
+    ("IQD", 3, 368),
+    ("IRR", 2, 364),
+    ("ISK", 0, 352),
+    ("JOD", 3, 400),
+    ("JPY", 0, 392),
+    ("KES", 2, 404),
+    ("KMF", 0, 174),
+    ("KRW", 0, 410),
+    ("KWD", 3, 414),
+    ("KZT", 2, 398),
+    ("LBP", 2, 422),
+    ("LKR", 2, 144),
+    ("LYD", 3, 434),
+    ("MAD", 2, 504),
+    ("MXN", 2, 484),
+    ("MYR", 2, 458),
+    ("NGN", 2, 566),
+    ("NOK", 2, 578),
+    ("NZD", 2, 554),
+    ("OMR", 3, 512),
+    ("PHP", 2, 608),
+    ("PKR", 2, 586),
+    ("PLN", 2, 985),
+    ("PYG", 0, 600),
+    ("QAR", 2, 634),
+    ("RON", 2, 946),
+    ("RUB", 2, 643),
+    ("RWF", 0, 646),
+    ("SAR", 2, 682),
+    ("SDG", 2, 938),
+    ("SEK", 2, 752),
+    ("SGD", 2, 702),
+    ("SOS", 2, 706),
+    ("SYP", 2, 760),
+    ("THB", 2, 764),
+    ("TND", 3, 788),
+    ("TRY", 2, 949),
+    ("TWD", 2, 901),
+    ("UAH", 2, 980),
+    ("UGX", 0, 800),
+    ("USD", 2, 840),
+    ("UYU", 2, 858),
+    ("VND", 0, 704),
+    ("XAF", 0, 950),
+    ("XOF", 0, 952),
+    ("YER", 2, 886),
+    ("ZAR", 2, 710),
 ];
 
 /// A supported currency: its ISO 4217 code and minor unit.
@@ -105,9 +106,9 @@ impl Currency {
     /// Looks up an exact, upper-case ISO 4217 code ("USD"; not "usd", not " USD").
     pub fn from_code(code: &str) -> Result<Self, Rejection> {
         let index = TABLE
-            .binary_search_by(|(known, _)| (*known).cmp(code))
+            .binary_search_by(|(known, _, _)| (*known).cmp(code))
             .map_err(|_| Rejection::UnknownCurrency)?;
-        let (known, minor_units) = TABLE.get(index).ok_or(Rejection::UnknownCurrency)?;
+        let (known, minor_units, _) = TABLE.get(index).ok_or(Rejection::UnknownCurrency)?;
         let bytes = known.as_bytes();
         match bytes {
             [a, b, c] => Ok(Self {
@@ -131,11 +132,21 @@ impl Currency {
         u32::from(self.minor_units)
     }
 
+    /// The ISO 4217 numeric code (YER 886, USD 840), as EMVCo QR payloads carry it (tag 53).
+    #[must_use]
+    pub fn numeric_code(&self) -> u16 {
+        TABLE
+            .binary_search_by(|(known, _, _)| known.as_bytes().cmp(&self.code[..]))
+            .ok()
+            .and_then(|index| TABLE.get(index))
+            .map_or(0, |(_, _, numeric)| *numeric)
+    }
+
     /// Every supported currency, in code order.
     pub fn all() -> impl Iterator<Item = Currency> {
         TABLE
             .iter()
-            .filter_map(|(code, _)| Self::from_code(code).ok())
+            .filter_map(|(code, _, _)| Self::from_code(code).ok())
     }
 }
 

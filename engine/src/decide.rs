@@ -7,7 +7,8 @@
 //!
 //! This file holds the dispatcher, wallet life cycle, deposit/withdraw, transfers (same-shard and the
 //! cross-shard steps) and integrity. Holds are in `decide_hold.rs`, refunds and reversals in
-//! `reversal.rs`.
+//! `reversal.rs`, payments in `decide_payment.rs` (cross-shard steps in `decide_payment_move.rs`),
+//! links and QR payloads in `decide_link.rs`, payouts and settlements in `decide_payout.rs`.
 
 use crate::command::{
     Command, Context, CreateWallet, Details, MoneyMove, TransferArgs, TransferCredit,
@@ -18,6 +19,7 @@ use crate::event::{Event, WalletCreated};
 use crate::ids::{UuidKind, WalletId};
 use crate::ledger::{check_chain, Direction, TransactionText, TransactionType};
 use crate::money::validate_amount;
+use crate::payment::PaymentStatus;
 use crate::posting::{Draft, LegSpec, TxSpec};
 use crate::shard::{OwnerKey, Shard};
 use crate::transfer::{IncomingTransfer, OutgoingTransfer, TransferState};
@@ -44,7 +46,7 @@ pub(crate) fn details_text(details: &Details) -> Result<TransactionText, Rejecti
     })
 }
 
-fn check_not_frozen(wallet: &Wallet) -> Result<(), Rejection> {
+pub(crate) fn check_not_frozen(wallet: &Wallet) -> Result<(), Rejection> {
     if wallet.is_frozen() {
         return Err(Rejection::WalletFrozen);
     }
@@ -128,8 +130,79 @@ impl Shard {
                     });
                 }
             }
+            commerce => self.decide_commerce(&mut draft, commerce)?,
         }
         Ok(draft.finish())
+    }
+
+    /// The commerce commands (`decide_payment*.rs`, `decide_link.rs`, `decide_payout.rs`).
+    fn decide_commerce(&self, draft: &mut Draft<'_>, command: &Command) -> Result<(), Rejection> {
+        match command {
+            Command::InitiatePayment(request) => self.decide_initiate_payment(draft, request),
+            Command::ConfirmPayment { payment_uuid } => {
+                self.decide_confirm_payment(draft, *payment_uuid)
+            }
+            Command::CancelPayment { payment_uuid } => {
+                self.decide_close_payment(draft, *payment_uuid, PaymentStatus::Cancelled)
+            }
+            Command::FailPayment { payment_uuid } => {
+                self.decide_close_payment(draft, *payment_uuid, PaymentStatus::Failed)
+            }
+            Command::PaymentProviderResult(result) => {
+                self.decide_payment_provider_result(draft, result)
+            }
+            Command::RefundPayment(request) => self.decide_refund_payment(draft, request),
+            Command::PaymentReserve(request) => self.decide_payment_reserve(draft, request),
+            Command::PaymentCredit(request) => self.decide_payment_credit(draft, request),
+            Command::PaymentReserveFinalize { reservation_uuid } => {
+                self.decide_reservation_finalize(draft, *reservation_uuid)
+            }
+            Command::PaymentReserveRelease { reservation_uuid } => {
+                self.decide_reservation_release(draft, *reservation_uuid)
+            }
+            Command::CreatePaymentLink(request) => self.decide_create_payment_link(draft, request),
+            Command::CreateQr(request) => self.decide_create_qr(draft, request),
+            Command::CreatePayout(request) => self.decide_create_payout(draft, request),
+            Command::ApprovePayout {
+                payout_id,
+                by,
+                notes,
+            } => self.decide_approve_payout(draft, *payout_id, *by, notes.as_deref()),
+            Command::RejectPayout {
+                payout_id,
+                by,
+                reason,
+            } => self.decide_close_payout(draft, *payout_id, *by, Some(reason)),
+            Command::CancelPayout { payout_id, by } => {
+                self.decide_close_payout(draft, *payout_id, *by, None)
+            }
+            Command::ExecutePayout { payout_id, by } => {
+                self.decide_execute_payout(draft, *payout_id, *by)
+            }
+            Command::PayoutProviderResult(result) => {
+                self.decide_payout_provider_result(draft, result)
+            }
+            Command::CreateSettlement(request) => self.decide_create_settlement(draft, request),
+            Command::ApproveSettlement {
+                settlement_id,
+                by,
+                notes,
+            } => self.decide_approve_settlement(draft, *settlement_id, *by, notes.as_deref()),
+            Command::RejectSettlement {
+                settlement_id,
+                by,
+                reason,
+            } => self.decide_close_settlement(draft, *settlement_id, *by, Some(reason)),
+            Command::CancelSettlement { settlement_id, by } => {
+                self.decide_close_settlement(draft, *settlement_id, *by, None)
+            }
+            Command::ExecuteSettlement { settlement_id, by } => {
+                self.decide_execute_settlement(draft, *settlement_id, *by)
+            }
+            _ => Err(Rejection::InvalidRequest(
+                "internal: not a commerce command",
+            )),
+        }
     }
 
     fn decide_create_wallet(

@@ -1,4 +1,5 @@
-//! Deciding holds: place, release, capture, expire (life cycle in `hold` docs).
+//! Deciding holds: place, release, capture, expire (life cycle in `hold` docs). A payout's hold
+//! (see `payout`) is refused here (`invalid_state`) and never comes due (it never expires).
 
 use crate::command::{CaptureHold, Context, PlaceHold};
 use crate::decide::{bounded_text, check_spendable, details_text};
@@ -72,6 +73,16 @@ impl Shard {
         Ok((wallet, hold))
     }
 
+    /// A payout's hold closes only through the payout's life cycle.
+    fn check_not_payout_hold(&self, hold: &Hold) -> Result<(), Rejection> {
+        if self.index.commerce.payout_holds.contains_key(&hold.id) {
+            return Err(Rejection::InvalidState(
+                "hold belongs to a payout: reject, cancel or execute the payout",
+            ));
+        }
+        Ok(())
+    }
+
     /// A hold that may still be released or captured at `now_ms`.
     fn check_hold_open(hold: &Hold, now_ms: i64) -> Result<(), Rejection> {
         match hold.status {
@@ -91,6 +102,7 @@ impl Shard {
     ) -> Result<(), Rejection> {
         let (wallet, hold) = self.find_hold(hold_uuid)?;
         Self::check_hold_open(hold, draft.now_ms())?;
+        self.check_not_payout_hold(hold)?;
         draft.push(Event::HoldClosed {
             wallet_id: wallet.id(),
             hold_id: hold.id,
@@ -127,6 +139,7 @@ impl Shard {
             return Err(Rejection::WalletFrozen);
         }
         Self::check_hold_open(hold, draft.now_ms())?;
+        self.check_not_payout_hold(hold)?;
         if amount > hold.amount {
             return Err(Rejection::CaptureExceedsHold);
         }

@@ -38,6 +38,17 @@ use crate::ids::{EntryId, WalletId};
 /// | 14 | `refund_exceeds_original` | refunds of one original would exceed it | 422 |
 /// | 15 | `insufficient_funds` | spendable (balance − held) would become negative | 422 |
 /// | 16 | `limit_exceeded` | a balance or id sequence would overflow | 422 |
+/// | 17 | `four_eyes` | an employee approving the payout or settlement they created | 403 |
+/// | 18 | `payment_link_expired` | initiating a payment on a link at or past its `expires_at` | 409 |
+/// | 19 | `period_invalid` | a settlement period that ends before it starts | 422 |
+/// | 20 | `nothing_to_settle` | no unsettled payment credit (with a positive net total) in the period | 422 |
+///
+/// Numbers never change once published, so codes added later get the next numbers and are checked
+/// after the older ones; each new code is placed so that this still holds for every command (a
+/// `four_eyes` approval is checked once the record exists and is pending, a link's expiry once the
+/// link exists, matches and is unused, a period once the wallet exists). An `invalid_request` that
+/// depends on a record (a system account named, a reservation that does not match its payment) is
+/// found when the record is looked up, after `wrong_shard`/`not_found`.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum Rejection {
@@ -73,6 +84,14 @@ pub enum Rejection {
     InsufficientFunds,
     #[error("limit exceeded: {0}")]
     LimitExceeded(&'static str),
+    #[error("four eyes: the creator cannot approve it")]
+    FourEyes,
+    #[error("payment link has expired")]
+    PaymentLinkExpired,
+    #[error("invalid period: {0}")]
+    PeriodInvalid(&'static str),
+    #[error("nothing to settle in the period")]
+    NothingToSettle,
 }
 
 impl Rejection {
@@ -96,6 +115,10 @@ impl Rejection {
             Self::RefundExceedsOriginal => "refund_exceeds_original",
             Self::InsufficientFunds => "insufficient_funds",
             Self::LimitExceeded(_) => "limit_exceeded",
+            Self::FourEyes => "four_eyes",
+            Self::PaymentLinkExpired => "payment_link_expired",
+            Self::PeriodInvalid(_) => "period_invalid",
+            Self::NothingToSettle => "nothing_to_settle",
         }
     }
 
@@ -119,6 +142,10 @@ impl Rejection {
             Self::RefundExceedsOriginal => 14,
             Self::InsufficientFunds => 15,
             Self::LimitExceeded(_) => 16,
+            Self::FourEyes => 17,
+            Self::PaymentLinkExpired => 18,
+            Self::PeriodInvalid(_) => 19,
+            Self::NothingToSettle => 20,
         }
     }
 }
@@ -203,7 +230,7 @@ pub enum InvariantViolation {
         wallet_id: WalletId,
         what: &'static str,
     },
-    #[error("in-transit account in {currency} holds {balance}, but the transfers say {expected}")]
+    #[error("in-transit account in {currency} holds {balance}, but the transfers and payment reservations say {expected}")]
     InTransitMismatch {
         currency: Currency,
         balance: Decimal,
@@ -211,6 +238,14 @@ pub enum InvariantViolation {
     },
     #[error("index out of step with the records: {0}")]
     IndexMismatch(&'static str),
+    #[error("{record} {id}: {what}")]
+    CommerceCorrupt {
+        /// "payment", "payment link", "qr", "payout", "settlement", "payment reservation".
+        record: &'static str,
+        /// The record's numeric id (0 for reservations, which have none).
+        id: u64,
+        what: &'static str,
+    },
     #[error("arithmetic overflow while summing")]
     Overflow,
 }

@@ -12,7 +12,7 @@
 //! durable entirely or not at all. Layout of [`encode`]'s output:
 //!
 //! ```text
-//! byte 0     EVENT_FORMAT_VERSION (1)
+//! byte 0     EVENT_FORMAT_VERSION (2; 1 is still read)
 //! bytes 1..  postcard encoding of the event list: varint count, then each event
 //!            (varint variant index, then its fields in declaration order; integers as varints,
 //!            i64 zig-zag; Decimal as its 16-byte `Decimal::serialize()` form; uuid 16 raw bytes;
@@ -20,6 +20,10 @@
 //! ```
 //!
 //! Adding a field or variant changes the format: bump the version and keep a decoder for the old one.
+//! Version 2 appended the commerce events (payments, links, QR, payouts, settlements, cross-shard
+//! payment steps) and the commerce transaction types; variants were only appended, so a version 1
+//! batch decodes unchanged with the same decoder, which refuses a version 1 batch that holds
+//! anything version 2 added ([`Event::format_version`]).
 //! [`decode`] never panics, refuses trailing bytes, non-canonical decimals, unknown currencies and
 //! variants, and validates each event's self-contained rules ([`Event::validate`]) — the pair of the
 //! checks `decide` made before encoding. serde_json gives a readable form for `wal inspect`
@@ -32,13 +36,20 @@ use crate::command::TEXT_BYTES_MAX;
 use crate::currency::Currency;
 use crate::error::DecodeError;
 use crate::hold::{Hold, HoldStatus};
-use crate::ids::{EntryId, HoldId, TransactionId, Uuid, WalletId};
+use crate::ids::{EntryId, HoldId, PayoutId, SettlementId, TransactionId, Uuid, WalletId};
 use crate::ledger::{LedgerEntry, Transaction};
+use crate::payment::{
+    IncomingPaymentCredit, Payment, PaymentLink, PaymentReservation, PaymentStatus, QrCode,
+};
+use crate::payout::{Payout, PayoutChange, Settlement, SettlementChange};
 use crate::transfer::{IncomingTransfer, OutgoingTransfer};
 use crate::wallet::{OwnerType, WalletStatus, WalletType};
 
 /// First byte of every encoded event batch.
-pub const EVENT_FORMAT_VERSION: u8 = 1;
+pub const EVENT_FORMAT_VERSION: u8 = 2;
+
+/// The oldest version [`decode`] still reads.
+pub const EVENT_FORMAT_VERSION_MIN: u8 = 1;
 
 /// A new wallet or system account.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -127,13 +138,64 @@ pub enum Event {
         wallet_id: WalletId,
         at_ms: i64,
     },
+    // ----- version 2: commerce -----
+    PaymentInitiated(Box<Payment>),
+    /// A pending payment's money moved (its posting precedes this event in the batch).
+    PaymentCompleted {
+        payment_uuid: Uuid,
+        merchant_transaction_id: TransactionId,
+        at_ms: i64,
+    },
+    /// A pending payment became cancelled or failed.
+    PaymentClosed {
+        payment_uuid: Uuid,
+        status: PaymentStatus,
+        at_ms: i64,
+    },
+    /// Sets a completed payment's cumulative refunds (raised by a refund, lowered when a
+    /// cross-shard refund is released); the status follows.
+    PaymentRefundTotalChanged {
+        payment_uuid: Uuid,
+        #[serde(with = "crate::money::decimal")]
+        refunded_amount: Decimal,
+        at_ms: i64,
+    },
+    PaymentLinkCreated(Box<PaymentLink>),
+    PaymentLinkUsed {
+        link_uuid: Uuid,
+        payment_uuid: Uuid,
+        at_ms: i64,
+    },
+    QrCreated(Box<QrCode>),
+    PaymentReserved(Box<PaymentReservation>),
+    PaymentCredited(Box<IncomingPaymentCredit>),
+    PaymentReserveFinalized {
+        reservation_uuid: Uuid,
+        at_ms: i64,
+    },
+    PaymentReserveReleased {
+        reservation_uuid: Uuid,
+        at_ms: i64,
+    },
+    PayoutCreated(Box<Payout>),
+    PayoutChanged {
+        payout_id: PayoutId,
+        change: PayoutChange,
+        at_ms: i64,
+    },
+    SettlementCreated(Box<Settlement>),
+    SettlementChanged {
+        settlement_id: SettlementId,
+        change: SettlementChange,
+        at_ms: i64,
+    },
 }
 
-fn text_ok(text: Option<&str>) -> bool {
+pub(crate) fn text_ok(text: Option<&str>) -> bool {
     text.is_none_or(|text| text.len() <= TEXT_BYTES_MAX)
 }
 
-fn positive(amount: Decimal) -> bool {
+pub(crate) fn positive(amount: Decimal) -> bool {
     amount > Decimal::ZERO
 }
 
@@ -235,8 +297,37 @@ impl Event {
             | Self::TransferFinalized { .. }
             | Self::TransferReleased { .. }
             | Self::BalanceVerified { .. } => {}
+            commerce => return crate::event_commerce::validate(commerce),
         }
         Ok(())
+    }
+
+    /// The first format version that can carry this event.
+    #[must_use]
+    pub fn format_version(&self) -> u8 {
+        match self {
+            Self::TransactionRecorded { transaction, .. }
+                if transaction.transaction_type.is_commerce() =>
+            {
+                2
+            }
+            Self::EntryPosted { entry, .. } if entry.entry_type.is_commerce() => 2,
+            Self::WalletCreated(_)
+            | Self::WalletStatusChanged { .. }
+            | Self::TransactionRecorded { .. }
+            | Self::EntryPosted { .. }
+            | Self::EntryReversed { .. }
+            | Self::TransactionReversed { .. }
+            | Self::RefundTotalChanged { .. }
+            | Self::HoldPlaced { .. }
+            | Self::HoldClosed { .. }
+            | Self::TransferReserved(_)
+            | Self::TransferCredited(_)
+            | Self::TransferFinalized { .. }
+            | Self::TransferReleased { .. }
+            | Self::BalanceVerified { .. } => 1,
+            _ => 2,
+        }
     }
 }
 
@@ -253,7 +344,7 @@ pub fn encode(events: &[Event]) -> Vec<u8> {
 /// Decodes and validates a record written by [`encode`]. Never panics.
 pub fn decode(bytes: &[u8]) -> Result<Vec<Event>, DecodeError> {
     let (version, body) = bytes.split_first().ok_or(DecodeError::Empty)?;
-    if *version != EVENT_FORMAT_VERSION {
+    if !(EVENT_FORMAT_VERSION_MIN..=EVENT_FORMAT_VERSION).contains(version) {
         return Err(DecodeError::UnsupportedVersion(*version));
     }
     let (events, rest): (Vec<Event>, &[u8]) = postcard::take_from_bytes(body)
@@ -262,6 +353,11 @@ pub fn decode(bytes: &[u8]) -> Result<Vec<Event>, DecodeError> {
         return Err(DecodeError::TrailingBytes(rest.len()));
     }
     for event in &events {
+        if event.format_version() > *version {
+            return Err(DecodeError::Invalid(
+                "event newer than the batch's format version",
+            ));
+        }
         event.validate().map_err(DecodeError::Invalid)?;
     }
     Ok(events)

@@ -177,6 +177,7 @@ impl Shard {
             Command::VerifyIntegrity { wallet_id } => {
                 Outcome::Integrity(self.integrity_report(*wallet_id, ctx.now_ms)?)
             }
+            commerce => self.commerce_outcome(commerce, events, ctx)?,
         };
         Ok(outcome)
     }

@@ -18,6 +18,9 @@ pub const EXPIRY_MINUTES_MIN: u32 = 1;
 pub const EXPIRY_MINUTES_MAX: u32 = 10_080;
 /// Used when a request gives no expiry.
 pub const EXPIRY_MINUTES_DEFAULT: u32 = 60;
+/// Expiry of a hold that never expires on its own (a payout's: its life cycle closes it):
+/// 9999-12-31T23:59:59.999Z, the last instant an ISO 8601 four-digit year can show.
+pub const NEVER_EXPIRES_AT_MS: i64 = 253_402_300_799_999;
 
 /// Life-cycle state of a hold.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]

@@ -2,8 +2,8 @@
 //!
 //! # Numeric ids and shards
 //!
-//! Every numeric id (wallet, transaction, entry, hold) is minted by exactly one shard from a per-kind
-//! sequence `seq = 1, 2, 3, ...` with
+//! Every numeric id (wallet, transaction, entry, hold, payment, payment link, QR, payout,
+//! settlement) is minted by exactly one shard from a per-kind sequence `seq = 1, 2, 3, ...` with
 //!
 //! ```text
 //! id = seq * shard_count + shard_index        (so id ≡ shard_index (mod shard_count), id ≥ shard_count)
@@ -60,6 +60,26 @@ numeric_id!(
 numeric_id!(
     /// A hold; the API names holds by uuid, the engine also keeps a numeric id for ordering.
     HoldId
+);
+numeric_id!(
+    /// A payment (contract §2.8); the API names payments by uuid (`PaymentResult.transaction_id`).
+    PaymentId
+);
+numeric_id!(
+    /// A payment link; named by uuid, the id orders them and derives the uuid.
+    PaymentLinkId
+);
+numeric_id!(
+    /// A QR payment payload; named by uuid, the id orders them and derives the uuid.
+    QrId
+);
+numeric_id!(
+    /// A payout (contract §2.7): the `payoutId` of the API paths, so `shard_of(id)` routes it.
+    PayoutId
+);
+numeric_id!(
+    /// A settlement (contract §2.6): the `settlementId` of the API paths, routed like a payout.
+    SettlementId
 );
 
 /// The shard that owns (minted) a numeric id. `shard_count` 0 is treated as 1.
@@ -148,6 +168,15 @@ pub enum UuidKind {
     Entry = 3,
     Hold = 4,
     Transfer = 5,
+    Payment = 6,
+    /// The `provider_ref` of a payment (derived from the payment id).
+    ProviderRef = 7,
+    PaymentLink = 8,
+    Qr = 9,
+    Payout = 10,
+    Settlement = 11,
+    /// A cross-shard payment reservation (derived from its reserve transaction id).
+    PaymentReservation = 12,
 }
 
 /// A 128-bit uuid. Serialised as 16 raw bytes in binary formats and as the hyphenated string in

@@ -134,10 +134,12 @@ impl Shard {
                 return Err(InvariantViolation::CurrencyNotBalanced { currency, sum });
             }
         }
-        self.check_in_transit()
+        self.check_in_transit()?;
+        self.check_commerce()
     }
 
-    /// Invariant 5: in-transit = outgoing (reserved or finalized) − incoming, per currency.
+    /// Invariant 5: in-transit = outgoing (reserved or finalized) − incoming, per currency, for
+    /// transfers and payment reservations together.
     fn check_in_transit(&self) -> Result<(), InvariantViolation> {
         let mut expected: BTreeMap<Currency, Decimal> = BTreeMap::new();
         for transfer in self.transfers_out.values() {
@@ -147,6 +149,14 @@ impl Shard {
         }
         for transfer in self.transfers_in.values() {
             add(&mut expected, transfer.currency, -transfer.amount)?;
+        }
+        for reservation in self.commerce.reservations.values() {
+            if reservation.state != TransferState::Released {
+                add(&mut expected, reservation.currency, reservation.amount)?;
+            }
+        }
+        for credit in self.commerce.credits.values() {
+            add(&mut expected, credit.currency, -credit.amount)?;
         }
         let actual = self.in_transit_by_currency();
         for currency in expected.keys().chain(actual.keys()) {

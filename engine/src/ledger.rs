@@ -121,7 +121,7 @@ impl Direction {
 }
 
 /// Kind of a transaction; also used as the `entry_type` of its entries.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum TransactionType {
     Deposit,
@@ -130,6 +130,17 @@ pub enum TransactionType {
     Refund,
     Reversal,
     HoldCapture,
+    /// A payment: the payer's debit side and the merchant's credit side (gross `amount`, with the
+    /// merchant's `fee_amount` and `net_amount`).
+    Payment,
+    /// A refund of a payment: the merchant's debit side and the payer's credit side.
+    PaymentRefund,
+    /// A payout's execution: the wallet's held funds captured into payout clearing.
+    Payout,
+    /// A failed payout's funds returned from payout clearing.
+    PayoutReturn,
+    /// A settlement's execution: the merchant wallet's net total into settlement clearing.
+    Settlement,
 }
 
 impl TransactionType {
@@ -142,7 +153,26 @@ impl TransactionType {
             Self::Refund => "refund",
             Self::Reversal => "reversal",
             Self::HoldCapture => "hold_capture",
+            Self::Payment => "payment",
+            Self::PaymentRefund => "payment_refund",
+            Self::Payout => "payout",
+            Self::PayoutReturn => "payout_return",
+            Self::Settlement => "settlement",
         }
+    }
+
+    /// Whether the transaction belongs to a payment, payout or settlement, whose own life cycle
+    /// (not a client reversal or wallet refund) undoes it.
+    #[must_use]
+    pub fn is_commerce(&self) -> bool {
+        matches!(
+            self,
+            Self::Payment
+                | Self::PaymentRefund
+                | Self::Payout
+                | Self::PayoutReturn
+                | Self::Settlement
+        )
     }
 
     fn tag(&self) -> u8 {
@@ -153,6 +183,11 @@ impl TransactionType {
             Self::Refund => 4,
             Self::Reversal => 5,
             Self::HoldCapture => 6,
+            Self::Payment => 7,
+            Self::PaymentRefund => 8,
+            Self::Payout => 9,
+            Self::PayoutReturn => 10,
+            Self::Settlement => 11,
         }
     }
 }
@@ -212,7 +247,9 @@ pub struct Transaction {
     pub counterparty_wallet_id: Option<WalletId>,
     /// For refunds and reversals: the transaction they refer to (reference_type "transaction").
     pub reference_transaction_id: Option<TransactionId>,
-    /// For both sides of a cross-shard transfer: the transfer's uuid.
+    /// For both sides of a cross-shard transfer: the transfer's uuid. For the commerce types
+    /// ([`TransactionType::is_commerce`]): the uuid of the payment, payout or settlement the
+    /// transaction belongs to (shown as `reference_uuid`, never as a transfer).
     pub transfer_uuid: Option<Uuid>,
     pub text: TransactionText,
     /// Every entry of the posting this transaction belongs to (all wallets, system accounts included).

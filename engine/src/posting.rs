@@ -30,6 +30,8 @@ pub(crate) struct TxSpec {
     pub(crate) counterparty_wallet_id: Option<WalletId>,
     pub(crate) reference_transaction_id: Option<TransactionId>,
     pub(crate) transfer_uuid: Option<Uuid>,
+    /// The part of `amount` taken as a fee (a merchant's payment credit); `None` is zero.
+    pub(crate) fee_amount: Option<Decimal>,
     pub(crate) text: TransactionText,
 }
 
@@ -49,6 +51,7 @@ impl TxSpec {
             counterparty_wallet_id: None,
             reference_transaction_id: None,
             transfer_uuid: None,
+            fee_amount: None,
             text,
         }
     }
@@ -247,7 +250,11 @@ impl<'a> Draft<'a> {
                 sum.checked_add(leg.direction.signed(leg.amount))
             })
             .ok_or(Rejection::LimitExceeded("posting amount"))?;
-        if !net.is_zero() || legs.is_empty() || legs.iter().any(|leg| leg.transaction >= txs.len())
+        if !net.is_zero()
+            || legs.is_empty()
+            || legs
+                .iter()
+                .any(|leg| leg.transaction >= txs.len() || leg.amount <= Decimal::ZERO)
         {
             return Err(Rejection::InvalidState(
                 "internal: unbalanced or malformed posting",
@@ -274,6 +281,12 @@ impl<'a> Draft<'a> {
             })
             .collect();
         for (spec, id) in txs.iter().zip(&transaction_ids) {
+            let fee_amount = spec.fee_amount.unwrap_or_else(|| zero(currency));
+            let net_amount = spec
+                .amount
+                .checked_sub(fee_amount)
+                .filter(|net| *net >= Decimal::ZERO)
+                .ok_or(Rejection::InvalidState("internal: fee above the amount"))?;
             let transaction = Transaction {
                 id: *id,
                 uuid: self.uuid(UuidKind::Transaction, id.0),
@@ -281,8 +294,8 @@ impl<'a> Draft<'a> {
                 direction: spec.direction,
                 status: TransactionStatus::Completed,
                 amount: spec.amount,
-                fee_amount: zero(currency),
-                net_amount: spec.amount,
+                fee_amount,
+                net_amount,
                 counterparty_wallet_id: spec.counterparty_wallet_id,
                 reference_transaction_id: spec.reference_transaction_id,
                 transfer_uuid: spec.transfer_uuid,

@@ -10,7 +10,8 @@
 //! with `is_reversal` and `reverses_entry_id`, the originals marked `reversed_by_entry_id`, one
 //! `reversal` transaction per customer/merchant wallet involved. Refused when:
 //! - the transaction is itself a reversal, or a side of a cross-shard transfer (the transfer protocol
-//!   settles those), or has refunds (reverse the refunds first, else money would return twice):
+//!   settles those), or a payment, payment refund, payout or settlement posting (their own life
+//!   cycles undo those), or has refunds (reverse the refunds first, else money would return twice):
 //!   `invalid_state`;
 //! - any part of the posting is already reversed: `already_reversed`;
 //! - a wallet involved is frozen (`wallet_frozen`) or its spendable would go negative
@@ -39,7 +40,8 @@ use crate::wallet::{Wallet, WalletType};
 pub(crate) enum ReverseMode {
     /// A client's `reverse` command: every check applies.
     Client,
-    /// Releasing a reserved cross-shard transfer: returns funds even to a frozen wallet.
+    /// Releasing a reserved cross-shard transfer or payment reservation: returns funds even to a
+    /// frozen wallet.
     TransferRelease,
 }
 
@@ -176,6 +178,11 @@ impl Shard {
         for (_, original) in &originals {
             if original.transaction_type == TransactionType::Reversal {
                 return Err(Rejection::InvalidState("a reversal cannot be reversed"));
+            }
+            if mode == ReverseMode::Client && original.transaction_type.is_commerce() {
+                return Err(Rejection::InvalidState(
+                    "payment, payout and settlement postings are undone by their own life cycle",
+                ));
             }
             if mode == ReverseMode::Client && original.transfer_uuid.is_some() {
                 return Err(Rejection::InvalidState(

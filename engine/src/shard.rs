@@ -12,9 +12,15 @@
 //! 3. **Spendable is never negative**: `available = balance − held ≥ 0` for every non-system wallet.
 //! 4. **Chains hold.** Every wallet's hash chain recomputes and ends at its stored chain head.
 //! 5. **In transit is accounted for.** Per currency, the shard's in-transit account equals the
-//!    reserved-or-finalized outgoing transfers minus the credited incoming ones; across shards the
-//!    in-transit accounts net to zero once no transfer is still `reserved`.
-//! 6. **Indexes agree with the records** (owner uniqueness, uuid lookups, hold expiry queue).
+//!    reserved-or-finalized outgoing transfers and payment reservations minus the credited incoming
+//!    ones; across shards the in-transit accounts net to zero once nothing is still `reserved`.
+//! 6. **Indexes agree with the records** (owner uniqueness, uuid lookups, hold expiry queue,
+//!    settled transactions, open charges, payout holds).
+//! 7. **Commerce records agree with the money** (see `invariants_commerce`): a payment's fee + net
+//!    is its amount and its refunded total is what its refund postings say; a completed payment has
+//!    its merchant credit; a payout's hold is active exactly while the payout is pending or approved
+//!    and captured for its amount once executed; a settlement's totals are its items' sums and no
+//!    transaction is in two live settlements.
 //!
 //! And by construction (tested by replay): **`apply` is deterministic**. It reads nothing but the state
 //! and the event, never iterates a `HashMap` (hash maps are lookup-only; everything ordered is a `Vec`
@@ -37,6 +43,7 @@ use std::collections::{BTreeMap, HashMap};
 use rust_decimal::Decimal;
 
 use crate::command::{paginate, Page, Paged};
+use crate::commerce::{Commerce, CommerceIndex};
 use crate::currency::Currency;
 use crate::error::Rejection;
 use crate::hold::HoldStatus;
@@ -86,6 +93,7 @@ pub(crate) struct Indexes {
     pub(crate) holds: HashMap<Uuid, (WalletId, HoldId)>,
     /// Active holds by expiry, the queue `expire_holds` reads in order.
     pub(crate) hold_expiry: BTreeMap<(i64, HoldId), WalletId>,
+    pub(crate) commerce: CommerceIndex,
 }
 
 /// One shard's state. See the module docs for its invariants and layout.
@@ -100,6 +108,8 @@ pub struct Shard {
     pub(crate) wallets: Vec<Wallet>,
     pub(crate) transfers_out: BTreeMap<Uuid, OutgoingTransfer>,
     pub(crate) transfers_in: BTreeMap<Uuid, IncomingTransfer>,
+    /// Payments, links, QR payloads, payouts, settlements, cross-shard payment steps.
+    pub(crate) commerce: Commerce,
     pub(crate) index: Indexes,
 }
 
@@ -121,6 +131,7 @@ impl Shard {
             wallets: Vec::new(),
             transfers_out: BTreeMap::new(),
             transfers_in: BTreeMap::new(),
+            commerce: Commerce::new(),
             index: Indexes::default(),
         }
     }

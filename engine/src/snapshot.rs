@@ -3,14 +3,21 @@
 //! # Snapshot format
 //!
 //! ```text
-//! byte 0     SNAPSHOT_FORMAT_VERSION (1)
+//! byte 0     SNAPSHOT_FORMAT_VERSION (2; 1 is still read)
 //! bytes 1..  postcard encoding of: shard index and count, the four next-sequence numbers,
 //!            the wallets in id order (each with its history), outgoing transfers and incoming
-//!            transfers in uuid order
+//!            transfers in uuid order, then (version 2) the commerce state: its five next-sequence
+//!            numbers (payment, link, QR, payout, settlement), payments, links and QR payloads in
+//!            uuid order, payouts and settlements in id order, payment reservations and incoming
+//!            payment credits in uuid order
 //! ```
 //!
-//! Only records are written; the indexes (owners, uuids, hold expiry) are rebuilt on load, which
-//! also validates the records: ids in their positions and sequences, no duplicate owner key or uuid.
+//! A version 1 snapshot is the same without the commerce state; it loads with an empty one.
+//!
+//! Only records are written; the indexes (owners, uuids, hold expiry, settled transactions, open
+//! charges, payout holds) are rebuilt on load, which also validates the records: ids in their
+//! positions and sequences, no duplicate owner key or uuid, commerce records keyed by their own
+//! uuid or id and minted by this shard, no transaction in two live settlements.
 //! The WAL crate wraps these bytes in its own header and checksum.
 //!
 //! # Digest
@@ -25,6 +32,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+use crate::commerce::{Commerce, CommerceIndex};
 use crate::error::DecodeError;
 use crate::hold::HoldStatus;
 use crate::ids::{IdSpace, Uuid};
@@ -34,7 +42,7 @@ use crate::transfer::{IncomingTransfer, OutgoingTransfer};
 use crate::wallet::Wallet;
 
 /// First byte of every snapshot.
-pub const SNAPSHOT_FORMAT_VERSION: u8 = 1;
+pub const SNAPSHOT_FORMAT_VERSION: u8 = 2;
 
 #[derive(Serialize)]
 struct SnapshotRef<'a> {
@@ -46,8 +54,11 @@ struct SnapshotRef<'a> {
     wallets: &'a [Wallet],
     transfers_out: &'a BTreeMap<Uuid, OutgoingTransfer>,
     transfers_in: &'a BTreeMap<Uuid, IncomingTransfer>,
+    commerce: &'a Commerce,
 }
 
+/// Everything before the commerce state: all of version 1. Postcard encodes a struct as its
+/// fields in order, so version 2 reads as the pair `(SnapshotOwned, Commerce)`.
 #[derive(Deserialize)]
 struct SnapshotOwned {
     ids: IdSpace,
@@ -92,6 +103,7 @@ impl Shard {
             wallets: &self.wallets,
             transfers_out: &self.transfers_out,
             transfers_in: &self.transfers_in,
+            commerce: &self.commerce,
         }
     }
 
@@ -116,11 +128,15 @@ impl Shard {
     /// Rebuilds a shard from [`Shard::snapshot_bytes`] output, validating it. Never panics.
     pub fn from_snapshot_bytes(bytes: &[u8]) -> Result<Shard, DecodeError> {
         let (version, body) = bytes.split_first().ok_or(DecodeError::Empty)?;
-        if *version != SNAPSHOT_FORMAT_VERSION {
-            return Err(DecodeError::UnsupportedVersion(*version));
-        }
-        let (snapshot, rest): (SnapshotOwned, &[u8]) = postcard::take_from_bytes(body)
-            .map_err(|error| DecodeError::Malformed(error.to_string()))?;
+        let malformed = |error: postcard::Error| DecodeError::Malformed(error.to_string());
+        let ((snapshot, commerce), rest): ((SnapshotOwned, Commerce), &[u8]) = match *version {
+            1 => {
+                let (snapshot, rest) = postcard::take_from_bytes(body).map_err(malformed)?;
+                ((snapshot, Commerce::new()), rest)
+            }
+            SNAPSHOT_FORMAT_VERSION => postcard::take_from_bytes(body).map_err(malformed)?,
+            other => return Err(DecodeError::UnsupportedVersion(other)),
+        };
         if !rest.is_empty() {
             return Err(DecodeError::TrailingBytes(rest.len()));
         }
@@ -147,6 +163,9 @@ impl Shard {
         }
         shard.transfers_out = snapshot.transfers_out;
         shard.transfers_in = snapshot.transfers_in;
+        check_commerce_keys(&shard, &commerce)?;
+        shard.index.commerce = CommerceIndex::build(&commerce).map_err(DecodeError::Invalid)?;
+        shard.commerce = commerce;
         Ok(shard)
     }
 }
@@ -247,4 +266,84 @@ fn build_indexes(shard: &Shard, wallets: &[Wallet]) -> Result<Indexes, DecodeErr
         }
     }
     Ok(index)
+}
+
+/// Commerce records keyed by their own uuid or id, ids minted by this shard below their sequence
+/// and used once, cross-shard records on the right side of this shard.
+fn check_commerce_keys(shard: &Shard, commerce: &Commerce) -> Result<(), DecodeError> {
+    let minted_once = |ids: &mut Vec<u64>, next_seq: u64, what: &'static str| {
+        ids.sort_unstable();
+        check_sequence(shard, ids.iter().copied(), next_seq, what)
+    };
+    let mut payment_ids = Vec::with_capacity(commerce.payments.len());
+    for (uuid, payment) in &commerce.payments {
+        if *uuid != payment.uuid || !shard.owns(payment.merchant_wallet_id) {
+            return Err(DecodeError::Invalid(
+                "payment keyed wrongly or not of this shard",
+            ));
+        }
+        payment_ids.push(payment.id.0);
+    }
+    minted_once(
+        &mut payment_ids,
+        commerce.next_payment_seq,
+        "payment ids not minted here",
+    )?;
+    let mut link_ids: Vec<u64> = Vec::with_capacity(commerce.links.len());
+    for (uuid, link) in &commerce.links {
+        if *uuid != link.uuid {
+            return Err(DecodeError::Invalid("payment link keyed wrongly"));
+        }
+        link_ids.push(link.id.0);
+    }
+    minted_once(
+        &mut link_ids,
+        commerce.next_link_seq,
+        "link ids not minted here",
+    )?;
+    let mut qr_ids: Vec<u64> = Vec::with_capacity(commerce.qrs.len());
+    for (uuid, qr) in &commerce.qrs {
+        if *uuid != qr.uuid {
+            return Err(DecodeError::Invalid("QR keyed wrongly"));
+        }
+        qr_ids.push(qr.id.0);
+    }
+    minted_once(&mut qr_ids, commerce.next_qr_seq, "QR ids not minted here")?;
+    if commerce.payouts.iter().any(|(id, payout)| *id != payout.id) {
+        return Err(DecodeError::Invalid("payout keyed wrongly"));
+    }
+    check_sequence(
+        shard,
+        commerce.payouts.keys().map(|id| id.0),
+        commerce.next_payout_seq,
+        "payout ids not minted here",
+    )?;
+    if commerce
+        .settlements
+        .iter()
+        .any(|(id, settlement)| *id != settlement.id)
+    {
+        return Err(DecodeError::Invalid("settlement keyed wrongly"));
+    }
+    check_sequence(
+        shard,
+        commerce.settlements.keys().map(|id| id.0),
+        commerce.next_settlement_seq,
+        "settlement ids not minted here",
+    )?;
+    for (uuid, reservation) in &commerce.reservations {
+        if *uuid != reservation.uuid || !shard.owns(reservation.source_wallet_id) {
+            return Err(DecodeError::Invalid(
+                "payment reservation keyed wrongly or not from this shard",
+            ));
+        }
+    }
+    for (uuid, credit) in &commerce.credits {
+        if *uuid != credit.uuid || !shard.owns(credit.target_wallet_id) {
+            return Err(DecodeError::Invalid(
+                "payment credit keyed wrongly or not to this shard",
+            ));
+        }
+    }
+    Ok(())
 }

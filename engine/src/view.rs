@@ -108,10 +108,14 @@ pub struct TransactionView {
     pub currency: Currency,
     pub fee_amount: Decimal,
     pub net_amount: Decimal,
-    /// "transaction" for refunds and reversals, "transfer" for cross-shard transfer sides.
+    /// "transaction" for refunds and reversals, "transfer" for cross-shard transfer sides,
+    /// "payment", "payout" or "settlement" for the commerce types.
     pub reference_type: Option<&'static str>,
     pub reference_id: Option<u64>,
+    /// Cross-shard transfer sides only.
     pub transfer_uuid: Option<Uuid>,
+    /// The payment, payout or settlement a commerce transaction belongs to.
+    pub reference_uuid: Option<Uuid>,
     pub counterparty_wallet_id: Option<WalletId>,
     pub external_reference: Option<String>,
     pub idempotency_key: Option<String>,
@@ -129,13 +133,24 @@ pub struct TransactionView {
 impl TransactionView {
     #[must_use]
     pub fn of(wallet: &Wallet, transaction: &Transaction) -> Self {
+        let commerce = match transaction.transaction_type {
+            TransactionType::Payment | TransactionType::PaymentRefund => Some("payment"),
+            TransactionType::Payout | TransactionType::PayoutReturn => Some("payout"),
+            TransactionType::Settlement => Some("settlement"),
+            _ => None,
+        };
         let (reference_type, reference_id) = match (
             transaction.reference_transaction_id,
             transaction.transfer_uuid,
         ) {
             (Some(id), _) => (Some("transaction"), Some(id.0)),
+            (None, Some(_)) if commerce.is_some() => (commerce, None),
             (None, Some(_)) => (Some("transfer"), None),
             (None, None) => (None, None),
+        };
+        let (transfer_uuid, reference_uuid) = match commerce {
+            Some(_) => (None, transaction.transfer_uuid),
+            None => (transaction.transfer_uuid, None),
         };
         let text = &transaction.text;
         Self {
@@ -153,7 +168,8 @@ impl TransactionView {
             net_amount: transaction.net_amount,
             reference_type,
             reference_id,
-            transfer_uuid: transaction.transfer_uuid,
+            transfer_uuid,
+            reference_uuid,
             counterparty_wallet_id: transaction.counterparty_wallet_id,
             external_reference: owned(text.external_reference.as_deref()),
             idempotency_key: owned(text.idempotency_key.as_deref()),

@@ -127,6 +127,14 @@ impl Scope {
         }
     }
 
+    /// The scope of a wallet from its never-changing facts (see `Engine::wallet_scope`).
+    pub fn of_wallet_scope(wallet: &engine::runtime::WalletScope) -> Self {
+        Scope {
+            business_id: wallet.business_id,
+            customer_id: (wallet.owner_type == OwnerType::Customer).then_some(wallet.owner_id),
+        }
+    }
+
     pub fn business(business_id: u64) -> Self {
         Scope {
             business_id,

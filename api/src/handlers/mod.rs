@@ -13,8 +13,7 @@ pub mod wallets;
 use std::net::SocketAddr;
 
 use bytes::Bytes;
-use engine::runtime::{EngineError, IdempotencyKey};
-use engine::view::WalletView;
+use engine::runtime::{EngineError, IdempotencyKey, WalletScope};
 use engine::{Command, Rejection, Uuid, WalletId};
 use hyper::{HeaderMap, StatusCode};
 use serde::de::DeserializeOwned;
@@ -271,20 +270,22 @@ pub fn fingerprint(call: &Call, typed: &str) -> [u8; 32] {
     hasher.finalize().into()
 }
 
-/// Loads a wallet and checks the caller may use it at `call.op`'s tier.
+/// Checks the caller may use wallet `wallet_id` at `call.op`'s tier. Reads only facts that never
+/// change (owner, business), so it does not wait for durability: the command or read that
+/// follows waits for what it shows.
 pub async fn authorized_wallet(
     app: &SharedApp,
     call: &Call,
     wallet_id: WalletId,
-) -> Result<WalletView, ApiError> {
+) -> Result<WalletScope, ApiError> {
     let principal = call.principal()?;
     let wallet = app
         .engine
-        .read_wallet(wallet_id, move |s| s.wallet_view(wallet_id))
+        .wallet_scope(wallet_id)
         .await
         .map_err(engine_error)?
-        .map_err(|_| ApiError::not_found("wallet"))?;
-    principal.require(call.op.route().tier, Scope::of_wallet(&wallet))?;
+        .ok_or_else(|| ApiError::not_found("wallet"))?;
+    principal.require(call.op.route().tier, Scope::of_wallet_scope(&wallet))?;
     Ok(wallet)
 }
 

@@ -1,7 +1,7 @@
 //! Routes that move money: deposit, withdraw, transfer, refund, reversal, holds.
 
 use engine::command::{CaptureHold, Details, MoneyMove, PlaceHold, Refund, TransferArgs};
-use engine::view::WalletView;
+use engine::runtime::WalletScope;
 use engine::{Command, Currency, Uuid};
 use rust_decimal::Decimal;
 use serde::Deserialize;
@@ -104,7 +104,7 @@ async fn wallet_of_transaction(
     app: &SharedApp,
     call: &Call,
     uuid: Uuid,
-) -> Result<WalletView, ApiError> {
+) -> Result<WalletScope, ApiError> {
     let shard = app
         .engine
         .find(uuid, |s, u| s.locate_transaction(u).is_some())
@@ -112,15 +112,15 @@ async fn wallet_of_transaction(
         .map_err(engine_error)?;
     let wallet = app
         .engine
-        .read_shard(shard, move |s| {
+        .peek_shard(shard, move |s| {
             let (wallet_id, _) = s.locate_transaction(uuid)?;
-            s.wallet_view(wallet_id).ok()
+            s.wallet(wallet_id).map(WalletScope::of)
         })
         .await
         .map_err(engine_error)?
         .ok_or_else(|| ApiError::not_found("transaction"))?;
     call.principal()?
-        .require(call.op.route().tier, Scope::of_wallet(&wallet))?;
+        .require(call.op.route().tier, Scope::of_wallet_scope(&wallet))?;
     Ok(wallet)
 }
 
@@ -224,15 +224,15 @@ pub async fn close_hold(app: &SharedApp, call: &Call) -> Handled {
         .map_err(engine_error)?;
     let wallet = app
         .engine
-        .read_shard(shard, move |s| {
+        .peek_shard(shard, move |s| {
             let (wallet_id, _) = s.locate_hold(uuid)?;
-            s.wallet_view(wallet_id).ok()
+            s.wallet(wallet_id).map(WalletScope::of)
         })
         .await
         .map_err(engine_error)?
         .ok_or_else(|| ApiError::not_found("hold"))?;
     call.principal()?
-        .require(call.op.route().tier, Scope::of_wallet(&wallet))?;
+        .require(call.op.route().tier, Scope::of_wallet_scope(&wallet))?;
     let command = if call.op == Op::ReleaseHold {
         Command::ReleaseHold { hold_uuid: uuid }
     } else {

@@ -204,7 +204,14 @@ pub async fn list(app: &SharedApp, call: &Call) -> Handled {
 }
 
 pub async fn get(app: &SharedApp, call: &Call) -> Handled {
-    let wallet = authorized_wallet(app, call, call.wallet_id()?).await?;
+    let id = call.wallet_id()?;
+    authorized_wallet(app, call, id).await?;
+    let wallet = app
+        .engine
+        .read_wallet(id, move |s| s.wallet_view(id))
+        .await
+        .map_err(engine_error)?
+        .map_err(not_found_as("wallet"))?;
     ok(StatusCode::OK, &envelope(views::wallet(&wallet), None))
 }
 

@@ -98,6 +98,16 @@ impl<R: Send + 'static> Message for ReadDirectory<R> {
     type Result = Result<R, EngineError>;
 }
 
+/// Read facts that never change once written (a wallet's owner, business and currency; which
+/// shard holds a uuid) without waiting for durability. Only for routing and permission checks:
+/// never render what a peek returns, since it may include records not yet durable (the command
+/// that follows waits for its own durability anyway).
+pub struct Peek<R>(pub Box<dyn FnOnce(&Shard) -> R + Send>);
+
+impl<R: Send + 'static> Message for Peek<R> {
+    type Result = Result<R, EngineError>;
+}
+
 /// Capture the shard for a snapshot: a clone, the LSN it covers, and (shard 0) the directory.
 pub struct Capture;
 
@@ -291,6 +301,17 @@ impl<R: Send + 'static> Handler<Read<R>> for ShardActor {
         }
         let value = (read.0)(&self.shard);
         self.after_durable(value)
+    }
+}
+
+impl<R: Send + 'static> Handler<Peek<R>> for ShardActor {
+    type Result = Result<R, EngineError>;
+
+    fn handle(&mut self, peek: Peek<R>, _: &mut Self::Context) -> Self::Result {
+        if let Some(reason) = &self.failed {
+            return Err(EngineError::Unavailable(reason.clone()));
+        }
+        Ok((peek.0)(&self.shard))
     }
 }
 

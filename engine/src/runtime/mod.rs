@@ -47,7 +47,8 @@ use std::time::Duration;
 use actix::{Addr, ArbiterHandle};
 
 use self::actor::{
-    Answer, Capture, Claim, Execute, ExecuteDirectory, Executed, Read, ReadDirectory, ShardActor,
+    Answer, Capture, Claim, Execute, ExecuteDirectory, Executed, Peek, Read, ReadDirectory,
+    ShardActor,
 };
 use self::clock::Clock;
 use self::idempotency::{Begin, IdempotencyTable};
@@ -366,6 +367,30 @@ impl Engine {
         self.read_shard(self.shard_of_wallet(wallet_id), read).await
     }
 
+    /// The facts of a wallet that never change (owner, business, currency, type), for permission
+    /// checks, without waiting for durability (see [`actor::Peek`]). `None` if there is no such
+    /// wallet.
+    pub async fn wallet_scope(
+        &self,
+        wallet_id: WalletId,
+    ) -> Result<Option<WalletScope>, EngineError> {
+        let peek = move |s: &Shard| s.wallet(wallet_id).map(WalletScope::of);
+        self.peek_shard(self.shard_of_wallet(wallet_id), peek).await
+    }
+
+    /// Like [`Engine::read_shard`] but without waiting for durability: for routing and permission
+    /// checks on facts that never change once written. Never render the result.
+    pub async fn peek_shard<R, F>(&self, shard: u32, peek: F) -> Result<R, EngineError>
+    where
+        R: Send + 'static,
+        F: FnOnce(&Shard) -> R + Send + 'static,
+    {
+        self.addr(shard)?
+            .send(Peek(Box::new(peek)))
+            .await
+            .map_err(unavailable)?
+    }
+
     /// Reads one shard's state (see [`Engine::read_wallet`]).
     pub async fn read_shard<R, F>(&self, shard: u32, read: F) -> Result<R, EngineError>
     where
@@ -507,7 +532,8 @@ impl Engine {
         })
     }
 
-    /// The shard for which `has(shard, uuid)` holds; 0 when none.
+    /// The shard for which `has(shard, uuid)` holds; 0 when none. Uses [`Engine::peek_shard`]:
+    /// where a uuid lives never changes once it is written.
     pub async fn find(
         &self,
         uuid: Uuid,
@@ -517,7 +543,7 @@ impl Engine {
             return Ok(0);
         }
         for shard in 0..self.shard_count() {
-            if self.read_shard(shard, move |s| has(s, uuid)).await? {
+            if self.peek_shard(shard, move |s| has(s, uuid)).await? {
                 return Ok(shard);
             }
         }
@@ -872,6 +898,31 @@ impl Engine {
     /// Dropping the last handle does the same, without reporting a failure to flush.
     pub fn shutdown(self) -> Result<(), EngineError> {
         self.inner.stop()
+    }
+}
+
+/// What never changes about a wallet once it exists: enough to check a caller's permission.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WalletScope {
+    pub wallet_id: WalletId,
+    pub owner_type: OwnerType,
+    pub owner_id: u64,
+    pub business_id: u64,
+    pub currency: Currency,
+    pub wallet_type: WalletType,
+}
+
+impl WalletScope {
+    #[must_use]
+    pub fn of(wallet: &crate::wallet::Wallet) -> Self {
+        WalletScope {
+            wallet_id: wallet.id(),
+            owner_type: wallet.owner_type(),
+            owner_id: wallet.owner_id(),
+            business_id: wallet.business_id(),
+            currency: wallet.currency(),
+            wallet_type: wallet.wallet_type(),
+        }
     }
 }
 

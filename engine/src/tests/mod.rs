@@ -4,6 +4,15 @@
 //! test is deterministic.
 
 mod codec;
+mod commerce_cross_shard;
+mod commerce_fee_qr;
+mod commerce_invariants;
+mod commerce_model;
+mod commerce_payments;
+mod commerce_payouts;
+mod commerce_reports;
+mod commerce_settlements;
+mod commerce_support;
 mod cross_shard;
 mod holds;
 mod memory;
