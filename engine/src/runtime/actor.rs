@@ -108,20 +108,6 @@ impl<R: Send + 'static> Message for Peek<R> {
     type Result = Result<R, EngineError>;
 }
 
-/// Capture the shard for a snapshot: a clone, the LSN it covers, and (shard 0) the directory.
-pub struct Capture;
-
-/// A captured shard.
-pub struct Captured {
-    pub covered_lsn: u64,
-    pub shard: Shard,
-    pub directory: Option<Directory>,
-}
-
-impl Message for Capture {
-    type Result = Result<Captured, EngineError>;
-}
-
 pub struct ShardActor {
     shard: Shard,
     /// Shard 0 hosts the identities.
@@ -384,34 +370,6 @@ impl<R: Send + 'static> Handler<ReadDirectory<R>> for ShardActor {
         };
         let value = (read.0)(directory);
         self.after_durable(value)
-    }
-}
-
-impl Handler<Capture> for ShardActor {
-    type Result = ResponseFuture<Result<Captured, EngineError>>;
-
-    fn handle(&mut self, _: Capture, _: &mut Self::Context) -> Self::Result {
-        if let Some(reason) = &self.failed {
-            return Box::pin(std::future::ready(Err(EngineError::Unavailable(
-                reason.clone(),
-            ))));
-        }
-        // Every record this shard appended has an LSN ≤ the log's last LSN now, and none of this
-        // shard's records can be appended while this handler runs: the clone covers exactly the
-        // shard's records up to `covered`.
-        let covered_lsn = self.wal.last_lsn();
-        let captured = Captured {
-            covered_lsn,
-            shard: self.shard.clone(),
-            directory: self.directory.clone(),
-        };
-        let ticket = self.wal.wait_for(covered_lsn);
-        Box::pin(async move {
-            ticket
-                .await
-                .map_err(|e| EngineError::Unavailable(e.to_string()))?;
-            Ok(captured)
-        })
     }
 }
 

@@ -47,8 +47,7 @@ use std::time::Duration;
 use actix::{Addr, ArbiterHandle};
 
 use self::actor::{
-    Answer, Capture, Claim, Execute, ExecuteDirectory, Executed, Peek, Read, ReadDirectory,
-    ShardActor,
+    Answer, Claim, Execute, ExecuteDirectory, Executed, Peek, Read, ReadDirectory, ShardActor,
 };
 use self::clock::Clock;
 use self::idempotency::{Begin, IdempotencyTable};
@@ -770,22 +769,38 @@ impl Engine {
     }
 
     /// Takes a snapshot now: captures every shard (each pauses only to clone its state), then
-    /// serialises and writes on the calling thread. Returns the LSN the snapshot covers.
+    /// Takes a snapshot now and returns the LSN it covers (the durable LSN when it started).
+    ///
+    /// The live shards are not touched: a background thread loads the previous snapshot, replays
+    /// the durable log after it up to that LSN (the same code recovery runs, so the result equals
+    /// the live state at that LSN, by determinism), and writes the image. Traffic never pauses;
+    /// the cost grows with the log written since the last snapshot, not with history.
     pub async fn snapshot(&self) -> Result<u64, EngineError> {
-        {
-            let mut state = self
-                .inner
-                .snapshot_state
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            if state.running {
-                return Err(EngineError::Unavailable(
-                    "a snapshot is already being taken".into(),
-                ));
-            }
-            state.running = true;
+        if !self.claim_snapshot() {
+            return Err(EngineError::Unavailable(
+                "a snapshot is already being taken".into(),
+            ));
         }
-        let result = self.snapshot_inner().await;
+        self.snapshot_claimed().await
+    }
+
+    /// Marks a snapshot as running; false if one already is.
+    fn claim_snapshot(&self) -> bool {
+        let mut state = self
+            .inner
+            .snapshot_state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if state.running {
+            return false;
+        }
+        state.running = true;
+        true
+    }
+
+    /// Runs a claimed snapshot and releases the claim.
+    async fn snapshot_claimed(&self) -> Result<u64, EngineError> {
+        let result = self.build_snapshot().await;
         let mut state = self
             .inner
             .snapshot_state
@@ -798,34 +813,33 @@ impl Engine {
         result
     }
 
-    async fn snapshot_inner(&self) -> Result<u64, EngineError> {
-        let mut captures = Vec::with_capacity(self.inner.shards.len());
-        let mut directory = Directory::new();
-        for addr in &self.inner.shards {
-            let captured = addr.send(Capture).await.map_err(unavailable)??;
-            if let Some(captured_directory) = captured.directory {
-                directory = captured_directory;
-            }
-            captures.push((captured.covered_lsn, captured.shard));
-        }
-        let durable = self.inner.wal.durable_lsn();
+    async fn build_snapshot(&self) -> Result<u64, EngineError> {
+        let target = self.inner.wal.durable_lsn();
         let cutoff = self.inner.clock.now_ms() - idempotency::RETENTION_MS;
-        let keys = self.inner.idempotency.durable_records(cutoff, durable);
         self.inner.idempotency.purge_before(cutoff);
         let wal = self.inner.wal.clone();
-        let covered = captures.iter().map(|(lsn, _)| *lsn).min().unwrap_or(0);
+        let dir = self.inner.config.wal_dir();
+        let count = self.shard_count();
+        let record_bytes_max = self.inner.config.wal.record_bytes_max;
         let (tx, rx) = tokio::sync::oneshot::channel();
         std::thread::Builder::new()
             .name("snapshot".into())
             .spawn(move || {
                 let started = std::time::Instant::now();
-                let payload = image::encode(&captures, &directory, &keys);
-                let written = wal.checkpoint(covered, &payload);
+                let built = (|| -> Result<std::path::PathBuf, EngineError> {
+                    let mut state = recovery::Replayed::load(&dir, count).map_err(unavailable)?;
+                    let from = state.replay_from();
+                    wal::reader::read_range(&dir, record_bytes_max, from, target, &mut |record| state.apply(record))
+                        .map_err(unavailable)?;
+                    let captures: Vec<(u64, Shard)> = state.shards.into_iter().map(|shard| (target, shard)).collect();
+                    let keys = state.table.durable_records(cutoff, target);
+                    let payload = image::encode(&captures, &state.directory, &keys);
+                    let path = wal.checkpoint(target, &payload).map_err(unavailable)?;
+                    tracing::info!(snapshot = %path.display(), covered_lsn = target, bytes = payload.len(), took_ms = started.elapsed().as_millis() as u64, "snapshot written");
+                    Ok(path)
+                })();
                 drop(wal);
-                if let Ok(path) = &written {
-                    tracing::info!(snapshot = %path.display(), covered_lsn = covered, bytes = payload.len(), took_ms = started.elapsed().as_millis() as u64, "snapshot written");
-                }
-                let _ = tx.send(written.map(|_| covered).map_err(unavailable));
+                let _ = tx.send(built.map(|_| target));
             })
             .map_err(unavailable)?;
         rx.await.map_err(unavailable)?
@@ -848,12 +862,21 @@ impl Engine {
                 return;
             }
         }
-        let engine = self.clone();
+        // Claimed before spawning, so requests finishing meanwhile do not start more.
+        if !self.claim_snapshot() {
+            return;
+        }
         let Some(arbiter) = self.inner.arbiters.first() else {
+            self.inner
+                .snapshot_state
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .running = false;
             return;
         };
+        let engine = self.clone();
         arbiter.spawn(async move {
-            if let Err(error) = engine.snapshot().await {
+            if let Err(error) = engine.snapshot_claimed().await {
                 tracing::warn!(%error, "periodic snapshot failed");
             }
         });

@@ -80,90 +80,10 @@ pub(crate) fn open(
         })
     })?;
 
-    // 1. The snapshot.
-    let snapshot = wal::snapshot::load_newest(&wal::fs::StdFs, &dir)?;
-    let table = IdempotencyTable::new();
-    let mut directory = Directory::new();
-    let (mut shards, covered): (Vec<Shard>, Vec<u64>) = match &snapshot {
-        Some(found) => {
-            let path = found.path.display().to_string();
-            let decoded = image::decode(&found.payload).map_err(|e| OpenError::Snapshot {
-                path: path.clone(),
-                reason: e.to_string(),
-            })?;
-            if decoded.shards.len() != count as usize {
-                return Err(OpenError::Snapshot {
-                    path,
-                    reason: format!(
-                        "it holds {} shards but the configured shard count is {count}; the shard count of a data directory cannot change",
-                        decoded.shards.len()
-                    ),
-                });
-            }
-            for record in &decoded.idempotency {
-                table.record(record, 0);
-            }
-            directory = decoded.directory;
-            decoded
-                .shards
-                .into_iter()
-                .map(|(lsn, shard)| (shard, lsn))
-                .unzip()
-        }
-        None => {
-            let mut fresh = Vec::with_capacity(count as usize);
-            for index in 0..count {
-                fresh.push(
-                    Shard::new(index, count)
-                        .ok_or_else(|| OpenError::Config("bad shard index".into()))?,
-                );
-            }
-            (fresh, vec![0; count as usize])
-        }
-    };
-    let snapshot_lsn = snapshot
-        .as_ref()
-        .map(|_| covered.iter().copied().min().unwrap_or(0));
-
-    // 2. Replay.
-    let replay_from = covered.iter().copied().min().unwrap_or(0) + 1;
-    let mut events_replayed = 0u64;
-    let mut visit = |record: wal::RecordRef<'_>| -> wal::Result<()> {
-        let refuse = |reason: String| wal::Error::Replay {
-            lsn: record.lsn,
-            reason,
-        };
-        let entry = JournalEntry::decode(record.payload)
-            .map_err(|e| refuse(format!("undecodable entry: {e}")))?;
-        let index = entry.shard as usize;
-        let (Some(shard), Some(&covered_lsn)) = (shards.get_mut(index), covered.get(index)) else {
-            return Err(refuse(format!(
-                "entry for shard {} but there are {count} shards",
-                entry.shard
-            )));
-        };
-        if record.lsn <= covered_lsn {
-            return Ok(());
-        }
-        shard
-            .apply_all(&entry.events)
-            .map_err(|e| refuse(format!("shard {index}: {e}")))?;
-        if !entry.directory.is_empty() && index != 0 {
-            return Err(refuse(format!(
-                "directory events on shard {index}; only shard 0 hosts the directory"
-            )));
-        }
-        for event in &entry.directory {
-            directory
-                .apply(event)
-                .map_err(|e| refuse(format!("directory: {e}")))?;
-        }
-        events_replayed += (entry.events.len() + entry.directory.len()) as u64;
-        if let Some(key) = &entry.idempotency {
-            table.record(key, record.lsn);
-        }
-        Ok(())
-    };
+    // 1. The snapshot, 2. replay (in one pass with the log's own recovery scan).
+    let mut state = Replayed::load(&dir, count)?;
+    let replay_from = state.replay_from();
+    let mut visit = |record: wal::RecordRef<'_>| state.apply(record);
     let (wal, recovered) = wal::Wal::open_with(
         Arc::new(wal::fs::StdFs),
         &dir,
@@ -172,11 +92,23 @@ pub(crate) fn open(
         &mut visit,
     )?;
 
+    let Replayed {
+        shards,
+        covered,
+        directory,
+        table,
+        events_replayed,
+        snapshot,
+    } = state;
+    let snapshot_lsn = snapshot
+        .as_ref()
+        .map(|_| covered.iter().copied().min().unwrap_or(0));
+
     // 3. The log must reach at least as far as the snapshot.
     let newest_covered = covered.iter().copied().max().unwrap_or(0);
     if recovered.last_lsn < newest_covered {
         return Err(OpenError::Snapshot {
-            path: snapshot.map(|s| s.path.display().to_string()).unwrap_or_default(),
+            path: snapshot.map(|path| path.display().to_string()).unwrap_or_default(),
             reason: format!(
                 "it covers LSN {newest_covered} but the log ends at LSN {}: the log is older than the snapshot",
                 recovered.last_lsn
@@ -258,6 +190,122 @@ pub(crate) fn open(
 }
 
 /// Starts the actor system on its own thread: one Arbiter per shard, one for orchestration.
+/// State rebuilt from the newest snapshot and the log after it. Recovery uses it while it opens
+/// the log; a background snapshot uses it to replay the durable log up to an LSN beside the live
+/// shards (so taking a snapshot never pauses them).
+pub(crate) struct Replayed {
+    pub shards: Vec<Shard>,
+    /// Per shard, the LSN its state covers.
+    pub covered: Vec<u64>,
+    pub directory: Directory,
+    pub table: IdempotencyTable,
+    pub events_replayed: u64,
+    /// The snapshot it started from.
+    pub snapshot: Option<std::path::PathBuf>,
+}
+
+impl Replayed {
+    /// Loads the newest valid snapshot of `dir`, or empty shards when there is none.
+    pub fn load(dir: &std::path::Path, count: u32) -> Result<Self, OpenError> {
+        let snapshot = wal::snapshot::load_newest(&wal::fs::StdFs, dir)?;
+        let table = IdempotencyTable::new();
+        let Some(found) = snapshot else {
+            let mut shards = Vec::with_capacity(count as usize);
+            for index in 0..count {
+                shards.push(
+                    Shard::new(index, count)
+                        .ok_or_else(|| OpenError::Config("bad shard index".into()))?,
+                );
+            }
+            return Ok(Replayed {
+                shards,
+                covered: vec![0; count as usize],
+                directory: Directory::new(),
+                table,
+                events_replayed: 0,
+                snapshot: None,
+            });
+        };
+        let path = found.path.display().to_string();
+        let decoded = image::decode(&found.payload).map_err(|e| OpenError::Snapshot {
+            path: path.clone(),
+            reason: e.to_string(),
+        })?;
+        if decoded.shards.len() != count as usize {
+            return Err(OpenError::Snapshot {
+                path,
+                reason: format!(
+                    "it holds {} shards but the configured shard count is {count}; the shard count of a data directory cannot change",
+                    decoded.shards.len()
+                ),
+            });
+        }
+        for record in &decoded.idempotency {
+            table.record(record, 0);
+        }
+        let (shards, covered) = decoded
+            .shards
+            .into_iter()
+            .map(|(lsn, shard)| (shard, lsn))
+            .unzip();
+        Ok(Replayed {
+            shards,
+            covered,
+            directory: decoded.directory,
+            table,
+            events_replayed: 0,
+            snapshot: Some(found.path),
+        })
+    }
+
+    /// The first LSN replay needs.
+    pub fn replay_from(&self) -> u64 {
+        self.covered.iter().copied().min().unwrap_or(0) + 1
+    }
+
+    /// Applies one journal record to the shard it names, if that shard's state does not cover
+    /// it yet. Deterministic: every value comes from the record.
+    pub fn apply(&mut self, record: wal::RecordRef<'_>) -> wal::Result<()> {
+        let refuse = |reason: String| wal::Error::Replay {
+            lsn: record.lsn,
+            reason,
+        };
+        let entry = JournalEntry::decode(record.payload)
+            .map_err(|e| refuse(format!("undecodable entry: {e}")))?;
+        let index = entry.shard as usize;
+        let count = self.shards.len();
+        let (Some(shard), Some(&covered_lsn)) =
+            (self.shards.get_mut(index), self.covered.get(index))
+        else {
+            return Err(refuse(format!(
+                "entry for shard {} but there are {count} shards",
+                entry.shard
+            )));
+        };
+        if record.lsn <= covered_lsn {
+            return Ok(());
+        }
+        shard
+            .apply_all(&entry.events)
+            .map_err(|e| refuse(format!("shard {index}: {e}")))?;
+        if !entry.directory.is_empty() && index != 0 {
+            return Err(refuse(format!(
+                "directory events on shard {index}; only shard 0 hosts the directory"
+            )));
+        }
+        for event in &entry.directory {
+            self.directory
+                .apply(event)
+                .map_err(|e| refuse(format!("directory: {e}")))?;
+        }
+        self.events_replayed += (entry.events.len() + entry.directory.len()) as u64;
+        if let Some(key) = &entry.idempotency {
+            self.table.record(key, record.lsn);
+        }
+        Ok(())
+    }
+}
+
 /// Currency of the primary wallet every customer gets at registration (decisions.md §2).
 pub const PRIMARY_CURRENCY: &str = "YER";
 
