@@ -13,6 +13,9 @@ use crate::metrics::Metrics;
 use crate::ratelimit::RateLimiter;
 use crate::routes::Router;
 
+/// Most verified tokens remembered before the cache is cleared.
+pub const VERIFIED_TOKENS_MAX: usize = 100_000;
+
 /// Shared state of the server.
 pub struct App {
     pub engine: Engine,
@@ -26,6 +29,9 @@ pub struct App {
     pub metrics: Metrics,
     /// Subjects known to exist (a token for an unknown subject is refused), filled on demand.
     pub known_subjects: DashMap<Subject, Principal>,
+    /// Tokens already verified (signature, issuer, audience), with their principal and expiry:
+    /// verifying costs a base64 decode, an HMAC and a JSON parse on every request otherwise.
+    pub verified_tokens: DashMap<String, (Principal, i64)>,
     pub started_at: Instant,
     /// False while draining on shutdown: `/health` then answers 503.
     pub ready: std::sync::atomic::AtomicBool,
@@ -50,6 +56,7 @@ impl App {
             router: Router::new()?,
             metrics: Metrics::new(),
             known_subjects: DashMap::new(),
+            verified_tokens: DashMap::new(),
             started_at: Instant::now(),
             ready: std::sync::atomic::AtomicBool::new(true),
         })

@@ -292,18 +292,34 @@ fn bearer(headers: &hyper::HeaderMap) -> Option<&str> {
 
 /// Verifies a token and confirms its subject exists.
 async fn authenticate(app: &SharedApp, token: &str) -> Result<Principal, ApiError> {
-    let claims = app.tokens.verify(token, app.now_secs()).map_err(|error| {
+    let now = app.now_secs();
+    if let Some(verified) = app.verified_tokens.get(token) {
+        let (principal, expires_at) = verified.value();
+        if *expires_at > now {
+            return Ok(principal.clone());
+        }
+    }
+    let claims = app.tokens.verify(token, now).map_err(|error| {
         tracing::debug!(%error, "refused a bearer token");
         ApiError::unauthorized()
     })?;
     let subject = Subject::parse(&claims.sub).ok_or_else(ApiError::unauthorized)?;
-    if let Some(known) = app.known_subjects.get(&subject) {
-        return Ok(known.clone());
+    let principal = match app.known_subjects.get(&subject) {
+        Some(known) => known.clone(),
+        None => {
+            let loaded = handlers::identity::load_principal(app, subject)
+                .await?
+                .ok_or_else(ApiError::unauthorized)?;
+            app.known_subjects.insert(subject, loaded.clone());
+            loaded
+        }
+    };
+    // Remember the verified token until it expires (bounded: cleared when full).
+    if app.verified_tokens.len() >= crate::app::VERIFIED_TOKENS_MAX {
+        app.verified_tokens.clear();
     }
-    let principal = handlers::identity::load_principal(app, subject)
-        .await?
-        .ok_or_else(ApiError::unauthorized)?;
-    app.known_subjects.insert(subject, principal.clone());
+    app.verified_tokens
+        .insert(token.to_owned(), (principal.clone(), claims.exp));
     Ok(principal)
 }
 
