@@ -546,21 +546,32 @@ async fn a_restart_replays_only_the_log_written_after_the_snapshot() {
     let wallets = create_wallets(&engine, 4).await;
     for _ in 0..25 {
         for wallet in &wallets {
-            engine.execute(Command::Deposit(money(*wallet, "1.00"))).await.unwrap();
+            engine
+                .execute(Command::Deposit(money(*wallet, "1.00")))
+                .await
+                .unwrap();
         }
     }
     let covered = engine.snapshot().await.unwrap();
     // Traffic goes on while (and after) the snapshot is built from the log.
     for wallet in &wallets {
-        engine.execute(Command::Deposit(money(*wallet, "2.00"))).await.unwrap();
+        engine
+            .execute(Command::Deposit(money(*wallet, "2.00")))
+            .await
+            .unwrap();
     }
     let (last, _) = engine.lsns();
     let before = digests(&engine).await;
     engine.shutdown().unwrap();
 
-    let (engine, report) = Engine::open(config(dir.path(), 2), clock, Arc::new(DebugRenderer)).unwrap();
+    let (engine, report) =
+        Engine::open(config(dir.path(), 2), clock, Arc::new(DebugRenderer)).unwrap();
     assert_eq!(report.snapshot_lsn, Some(covered));
-    assert_eq!(report.records_replayed, last - covered, "only the tail after the snapshot is replayed");
+    assert_eq!(
+        report.records_replayed,
+        last - covered,
+        "only the tail after the snapshot is replayed"
+    );
     assert_eq!(digests(&engine).await, before);
     engine.shutdown().unwrap();
 }

@@ -200,7 +200,9 @@ impl Principal {
                 Ok(())
             }
             Subject::Employee(_) => {
-                if self.business_id != scope.business_id && !self.is_platform_admin() {
+                // Even a platform admin stays inside its business here (decisions.md §6: only
+                // reports may cross businesses, and they check that themselves).
+                if self.business_id != scope.business_id {
                     return Err(ApiError::forbidden(
                         "the resource belongs to another business",
                     ));
@@ -273,9 +275,15 @@ mod tests {
         assert!(!admin.grants(Tier::PlatformAdmin));
         let platform = employee(1, &[Role::Admin]);
         assert!(platform.grants(Tier::PlatformAdmin));
-        assert!(platform
-            .require(Tier::BusinessFinance, Scope::business(3))
-            .is_ok());
+        assert_eq!(
+            platform
+                .require(Tier::BusinessFinance, Scope::business(3))
+                .unwrap_err()
+                .status
+                .as_u16(),
+            403,
+            "a platform admin does not act on another business's wallets"
+        );
     }
 
     #[test]

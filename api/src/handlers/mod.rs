@@ -106,6 +106,25 @@ impl Call {
         } else {
             &self.body
         };
+        // serde reads a JSON array into a struct positionally ([1] would be {"amount": 1}):
+        // every request body of this API is an object.
+        if bytes
+            .iter()
+            .find(|b| !b.is_ascii_whitespace())
+            .is_some_and(|b| *b != b'{')
+        {
+            return Err(
+                match serde_json::from_slice::<serde::de::IgnoredAny>(bytes) {
+                    Err(error) => {
+                        ApiError::malformed_json(format!("the body is not valid JSON: {error}"))
+                    }
+                    Ok(_) => ApiError::unprocessable(
+                        "validation_failed",
+                        "the body must be a JSON object",
+                    ),
+                },
+            );
+        }
         serde_json::from_slice(bytes).map_err(|error| {
             use serde_json::error::Category;
             match error.classify() {
@@ -285,6 +304,10 @@ pub async fn authorized_wallet(
         .await
         .map_err(engine_error)?
         .ok_or_else(|| ApiError::not_found("wallet"))?;
+    // The ledger's own accounts (float, fees, clearing, in-transit) are not client wallets.
+    if wallet.owner_type == engine::wallet::OwnerType::System {
+        return Err(ApiError::not_found("wallet"));
+    }
     principal.require(call.op.route().tier, Scope::of_wallet_scope(&wallet))?;
     Ok(wallet)
 }

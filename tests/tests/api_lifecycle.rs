@@ -1,0 +1,174 @@
+//! Black-box tests of the process lifecycle (decisions.md §1): SIGTERM drains and exits 0 with the
+//! data intact; one process owns a data dir; routing answers 404 and 405.
+
+use std::process::Stdio;
+use std::sync::mpsc;
+use std::time::Duration;
+
+use serde_json::json;
+use walletd_tests::http;
+use walletd_tests::server::{Server, PASSWORD, PLATFORM_BUSINESS_ID};
+
+#[test]
+fn sigterm_exits_zero_and_the_data_survives_a_restart() {
+    let mut server = Server::start();
+    let operator = server.create_employee(PLATFORM_BUSINESS_ID, &["operator"]);
+    let customer = server.register_customer();
+    server.deposit(&operator.token, customer.wallet_id, "12.34");
+    let before = server.wallet(&customer.token, customer.wallet_id);
+
+    let status = server.stop();
+    assert_eq!(status.code(), Some(0), "SIGTERM exit status: {status:?}");
+    server.restart();
+    // Tokens issued before the restart still work (same key, same subjects).
+    let after = server.wallet(&customer.token, customer.wallet_id);
+    assert_eq!(after, before);
+    let (text, _) = server.balance(&operator.token, customer.wallet_id);
+    assert!(text.contains(r#""balance":12.34"#), "{text}");
+    // Passwords and identities survive: both log in again.
+    let login = json!({"phone": customer.phone, "password": PASSWORD}).to_string();
+    assert_eq!(
+        server.post("/v1/auth/customer/login", None, &login).status,
+        200
+    );
+    let login =
+        json!({"business_id": PLATFORM_BUSINESS_ID, "email": operator.email, "password": PASSWORD});
+    assert_eq!(
+        server
+            .post("/v1/auth/employee/login", None, &login.to_string())
+            .status,
+        200
+    );
+    // The restarted server keeps counting ids where it left off.
+    let next = server.register_customer();
+    assert!(next.id > customer.id && next.wallet_id > customer.wallet_id);
+}
+
+/// SIGTERM under load: requests already being handled are answered and kept; the process exits
+/// 0; after a restart each wallet holds every acknowledged deposit and at most the one deposit
+/// per client that got no answer.
+#[test]
+fn sigterm_under_load_answers_or_refuses_cleanly_and_keeps_every_acknowledged_deposit() {
+    const CLIENTS: usize = 4;
+    let mut server = Server::start();
+    let operator = server.create_employee(PLATFORM_BUSINESS_ID, &["operator"]);
+    let wallets: Vec<u64> = (0..CLIENTS)
+        .map(|_| server.register_customer().wallet_id)
+        .collect();
+    let (acked_tx, acked_rx) = mpsc::channel::<()>();
+    let address = server.address();
+    let clients: Vec<_> = wallets
+        .iter()
+        .map(|wallet| {
+            let path = format!("/v1/wallets/{wallet}/deposit");
+            let authorization = format!("Bearer {}", operator.token);
+            let acked_tx = acked_tx.clone();
+            std::thread::spawn(move || {
+                let mut acked = 0u64;
+                loop {
+                    let answer = http::send(
+                        address,
+                        "POST",
+                        &path,
+                        &[("Authorization", &authorization)],
+                        Some(br#"{"amount": 1}"#),
+                    );
+                    match answer {
+                        Ok(response) if response.status == 200 => {
+                            acked += 1;
+                            let _ = acked_tx.send(());
+                        }
+                        // Draining: a 503 refusal is allowed, nothing else.
+                        Ok(response) if response.status == 503 => return acked,
+                        Ok(response) => panic!("{}: {}", response.status, response.text()),
+                        Err(_) => return acked,
+                    }
+                }
+            })
+        })
+        .collect();
+    for n in 0..40 {
+        if acked_rx.recv_timeout(Duration::from_secs(60)).is_err() {
+            panic!(
+                "only {n} deposits acknowledged; stderr:\n{}",
+                server.stderr_text()
+            );
+        }
+    }
+    let status = server.stop();
+    assert_eq!(status.code(), Some(0), "SIGTERM under load: {status:?}");
+    let results: Vec<u64> = clients
+        .into_iter()
+        .map(|c| c.join().expect("client thread"))
+        .collect();
+    server.restart();
+    for (wallet, acked) in wallets.iter().zip(&results) {
+        let (text, json) = server.balance(&operator.token, *wallet);
+        let balance = json["data"]["balance"].as_f64().expect("balance") as u64;
+        assert!(
+            (*acked..=acked + 1).contains(&balance),
+            "wallet {wallet}: {acked} acknowledged deposits of 1, balance {text}"
+        );
+    }
+}
+
+#[test]
+fn a_second_server_on_the_same_data_dir_exits_non_zero_saying_in_use() {
+    let server = Server::start();
+    let child = server
+        .serve_command()
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn a second walletd");
+    let pid = child.id();
+    let (done, finished) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = done.send(child.wait_with_output());
+    });
+    let output = match finished.recv_timeout(Duration::from_secs(30)) {
+        Ok(output) => output.expect("wait for the second walletd"),
+        Err(_) => {
+            let _ = std::process::Command::new("kill")
+                .args(["-KILL", &pid.to_string()])
+                .status();
+            panic!("a second walletd on the same data dir kept running");
+        }
+    };
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        !output.status.success(),
+        "second server exit: {:?}",
+        output.status
+    );
+    assert!(stderr.contains("in use"), "stderr: {stderr}");
+    assert!(
+        !String::from_utf8_lossy(&output.stdout).contains("listening"),
+        "the second server must not listen"
+    );
+    // The offline tools refuse a live data dir the same way.
+    let (status, _, stderr) = server.run_tool(&["replay"]);
+    assert!(!status.success(), "replay on a live data dir: {status:?}");
+    assert!(stderr.contains("in use"), "replay stderr: {stderr}");
+    // And the first server is unharmed.
+    assert_eq!(server.get("/v1/health", None).status, 200);
+}
+
+#[test]
+fn unknown_paths_are_404_and_known_paths_with_another_method_are_405() {
+    let server = Server::start();
+    let missing = server.get("/v1/nope", None);
+    assert_eq!(missing.status, 404, "{}", missing.text());
+    assert_eq!(missing.error_code(), "not_found");
+    let wrong = server.request("DELETE", "/v1/wallets", None, &[], None);
+    assert_eq!(wrong.status, 405, "{}", wrong.text());
+    assert_eq!(wrong.error_code(), "method_not_allowed");
+    assert!(wrong.header("x-request-id").is_some());
+    let metrics = server.get("/metrics", None);
+    assert_eq!(metrics.status, 200);
+    assert!(
+        metrics.text().contains("walletd_http_requests_total"),
+        "{}",
+        metrics.text()
+    );
+}
