@@ -8,6 +8,10 @@
 //! - [`Appenders`]: N threads that each append one record and wait for it to be durable before
 //!   the next, like N clients each waiting for its HTTP response.
 //! - [`RawSync`]: one preallocated file, written sequentially, one `fdatasync` per write.
+//! - [`engine_load`]: the engine in process: open, create and fund wallets, closed-loop callers.
+
+pub mod engine_load;
+pub mod load;
 
 use std::fs::File;
 use std::io;

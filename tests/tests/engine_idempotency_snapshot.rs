@@ -1,7 +1,8 @@
 //! Regression: a snapshot taken while a cross-shard transfer's answer is logged but not yet
-//! durable loses the transfer's idempotency key. FAILS until the engine is fixed.
+//! durable lost the transfer's idempotency key (found by the engine crash drill's review; fixed
+//! by "engine: a snapshot keeps a transfer's idempotency key until its answer is durable").
 //!
-//! How it happens (engine/src/runtime): an idempotent cross-shard transfer logs its key as
+//! How it happened (engine/src/runtime): an idempotent cross-shard transfer logs its key as
 //! *pending* with the reserve record (LSN r), and its answer with the finalize record (LSN f > r),
 //! whereupon `IdempotencyTable::record` *replaces* the pending slot by a done slot tagged f. A
 //! snapshot captures the source shard after the reserve (covered LSN c, r <= c < f), then reads
@@ -13,10 +14,10 @@
 //! an answer, retries under the same key: `begin` says `Fresh` and the transfer runs a second
 //! time: money moves twice for one idempotent request.
 //!
-//! Fix: keep the pending record until the answer that replaces it is durable, e.g.
-//! `Slot::Done { .., replaced: Option<(u64, IdempotencyRecord)> }` set by `record` when it
-//! overwrites a `Pending`, and in `durable_records` emit that pending record when the done slot's
-//! LSN is above `durable_lsn` and the pending one's is not.
+//! The fix keeps the pending record until the answer that replaces it is durable:
+//! `Slot::Done { .., replaced: Option<(u64, IdempotencyRecord)> }`, set by `record` when it
+//! overwrites a `Pending`; `durable_records` emits that pending record while the done slot's LSN
+//! is above `durable_lsn` and the pending one's is not.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 

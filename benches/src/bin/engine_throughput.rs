@@ -1,0 +1,332 @@
+//! In-process engine throughput, durable and not, beside the disk's and the WAL's own limits
+//! measured in the same run, as plain tables for BENCHMARKS.md.
+//!
+//! Usage: `cargo run --release -p walletd-benches --bin engine_throughput [SECONDS] [WALLETS]
+//! [CALLERS] [ONLY]` (defaults 3 s per timed run, 100000 wallets, 256 callers; `ONLY` such as
+//! `s2-always` runs just that point, e.g. under `perf record`).
+//!
+//! Each point opens a fresh engine (shards 1 or 2, fsync always or never, no automatic
+//! snapshot), creates WALLETS customer wallets, deposits into each once (timed: "deposit, every
+//! wallet"), then runs CALLERS closed-loop callers (async tasks on a 2-worker tokio runtime, each
+//! awaiting `Engine::execute` before its next command) for SECONDS doing deposits into random
+//! wallets, then transfers between random wallets (with 2 shards about half of those are
+//! cross-shard: three WAL records each instead of one), then, with 2 shards, transfers between
+//! random wallets of the same shard only and of different shards only.
+//!
+//! Baselines from the same run: raw 4 KiB pwrite + fdatasync on one thread (the disk), and the
+//! bare WAL with 256 async appenders of records the size the engine's records had (the log alone,
+//! no engine), fsync always and never.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use engine::runtime::Engine;
+use engine::WalletId;
+use walletd_benches::engine_load::{
+    caller_runtime, closed_loop, create_wallets, deposit_command, engine_config, open_engine,
+    print_header, process_cpu_seconds, transfer_command, Rng, Run,
+};
+use walletd_benches::{run_async_appenders, scratch_dir, wal_options, RawSync};
+
+const RAW_FILE_BYTES: u64 = 16 << 20;
+/// How long each per-point baseline runs.
+const BASELINE_RUN: Duration = Duration::from_secs(1);
+/// Bytes of a deposit's WAL record (measured: the "WAL B/op" column of the deposit rows).
+const DEPOSIT_RECORD_BYTES: usize = 357;
+
+/// Which pairs of wallets a transfer run picks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Pairs {
+    Random,
+    SameShard,
+    CrossShard,
+}
+
+struct Row {
+    point: String,
+    /// Raw 4 KiB pwrite + fdatasync syncs/s and bare-WAL records/s (same fsync policy, 256 async
+    /// appenders of this point's deposit record size) measured just before this point.
+    raw_syncs_per_second: f64,
+    bare_wal_per_second: f64,
+    workload: String,
+    run: Run,
+    /// CPU seconds the whole process used during the run (all threads).
+    cpu_seconds: f64,
+    syncs: u64,
+    sync_nanos: u64,
+    wal_bytes: u64,
+}
+
+fn main() {
+    let mut args = std::env::args().skip(1);
+    let seconds: f64 = args.next().and_then(|s| s.parse().ok()).unwrap_or(3.0);
+    let wallets: u64 = args.next().and_then(|s| s.parse().ok()).unwrap_or(100_000);
+    let callers: usize = args.next().and_then(|s| s.parse().ok()).unwrap_or(256);
+    let only = args.next();
+    let run_time = Duration::from_secs_f64(seconds);
+    print_header("engine_throughput");
+    println!(
+        "{wallets} wallets, {callers} closed-loop callers on a 2-worker tokio runtime, {seconds} s \
+         per timed run"
+    );
+
+    let mut raw = RawSync::new(RAW_FILE_BYTES).expect("create the raw sync file");
+    let raw_before = raw_rate(&mut raw, 4096, Duration::from_secs(1));
+    eprintln!("raw 4 KiB pwrite+fdatasync: {raw_before:.0}/s");
+
+    let mut rows = Vec::new();
+    for shards in [1u32, 2] {
+        for fsync in [wal::FsyncPolicy::Always, wal::FsyncPolicy::Never] {
+            let point = format!("s{shards}-{}", fsync_name(fsync));
+            if only.as_deref().is_some_and(|o| o != point) {
+                continue;
+            }
+            // This point's own baselines: the disk and the bare log, just before it.
+            let raw_syncs_per_second = raw_rate(&mut raw, 4096, BASELINE_RUN);
+            let bare_wal_per_second = bare_wal_rate(fsync, callers, DEPOSIT_RECORD_BYTES);
+            eprintln!(
+                "  {point}: raw {raw_syncs_per_second:.0} syncs/s, bare WAL \
+                 {bare_wal_per_second:.0} records/s"
+            );
+            let mut measured = measure(shards, fsync, wallets, callers, run_time, &point);
+            for row in &mut measured {
+                row.raw_syncs_per_second = raw_syncs_per_second;
+                row.bare_wal_per_second = bare_wal_per_second;
+            }
+            rows.extend(measured);
+        }
+    }
+    let raw_after = raw_rate(&mut raw, 4096, Duration::from_secs(1));
+
+    println!();
+    println!(
+        "raw 4 KiB pwrite + fdatasync, one thread, preallocated file: {raw_before:.0} syncs/s \
+         at start, {raw_after:.0} at end"
+    );
+    println!(
+        "CPU us/op: CPU time of the whole process (all threads: callers, shards, WAL) per \
+         operation; cores busy: that CPU time over the wall time (2 is all of this machine); \
+         sync mean: the WAL's mean fdatasync time during the run, the disk's speed \
+         then (0 with fsync never); syncs/s counts the WAL's write rounds, synced or not"
+    );
+    println!(
+        "baselines per point, measured just before it: raw = 4 KiB pwrite+fdatasync syncs/s (one \
+         thread); bare WAL = records/s of {callers} async appenders of {DEPOSIT_RECORD_BYTES} B \
+         records (a deposit's record size) on the bare log, same fsync policy"
+    );
+    println!();
+    println!(
+        "| point     | workload                   |    ops/s | CPU us/op | cores busy | syncs/s | ops/sync | sync mean | WAL B/op | raw syncs/s | bare WAL rec/s | ops/s ÷ bare WAL |"
+    );
+    println!(
+        "|-----------|----------------------------|---------:|----------:|-----------:|--------:|---------:|----------:|---------:|------------:|---------------:|-----------------:|"
+    );
+    for row in &rows {
+        let rate = row.run.per_second();
+        let ops = row.run.accepted + row.run.rejected;
+        let secs = row.run.elapsed.as_secs_f64();
+        println!(
+            "| {:<9} | {:<26} | {rate:>8.0} | {:>9.1} | {:>10.2} | {:>7.0} | {:>8.1} | {:>6.0} us | {:>8.0} | {:>11.0} | {:>14.0} | {:>16.2} |",
+            row.point,
+            row.workload,
+            row.cpu_seconds * 1e6 / ops.max(1) as f64,
+            row.cpu_seconds / secs,
+            row.syncs as f64 / secs,
+            ops as f64 / row.syncs.max(1) as f64,
+            row.sync_nanos as f64 / row.syncs.max(1) as f64 / 1000.0,
+            row.wal_bytes as f64 / ops.max(1) as f64,
+            row.raw_syncs_per_second,
+            row.bare_wal_per_second,
+            rate / row.bare_wal_per_second.max(1.0),
+        );
+        assert_eq!(
+            row.run.rejected, 0,
+            "{} {}: rejections",
+            row.point, row.workload
+        );
+    }
+}
+
+/// Records/s of `callers` async appenders of `record_bytes` on a fresh bare log.
+fn bare_wal_rate(fsync: wal::FsyncPolicy, callers: usize, record_bytes: usize) -> f64 {
+    let dir = scratch_dir("engine-throughput-wal").expect("scratch dir");
+    let (log, _) = wal::Wal::open(dir.path(), wal_options(fsync)).expect("open the log");
+    run_async_appenders(&log, callers, record_bytes, Duration::from_millis(200));
+    let (records, elapsed) = run_async_appenders(&log, callers, record_bytes, BASELINE_RUN);
+    log.close().expect("close the log");
+    records as f64 / elapsed.as_secs_f64()
+}
+
+fn fsync_name(fsync: wal::FsyncPolicy) -> &'static str {
+    match fsync {
+        wal::FsyncPolicy::Always => "always",
+        wal::FsyncPolicy::Never => "never",
+    }
+}
+
+fn measure(
+    shards: u32,
+    fsync: wal::FsyncPolicy,
+    wallets: u64,
+    callers: usize,
+    run_time: Duration,
+    point: &str,
+) -> Vec<Row> {
+    let dir = scratch_dir("engine-throughput").expect("scratch dir");
+    let (engine, _) = open_engine(engine_config(dir.path(), shards, fsync));
+    let runtime = caller_runtime();
+    let mut rows = Vec::new();
+    let mut row = |workload: &str, engine: &Engine, run: &dyn Fn() -> Run| {
+        let before = engine.wal_stats();
+        let cpu_before = process_cpu_seconds();
+        let run = run();
+        let cpu_seconds = process_cpu_seconds() - cpu_before;
+        let after = engine.wal_stats();
+        eprintln!(
+            "  {point} {workload}: {:.0} ops/s ({} rejected)",
+            run.per_second(),
+            run.rejected
+        );
+        rows.push(Row {
+            point: point.to_string(),
+            workload: workload.to_string(),
+            run,
+            cpu_seconds,
+            raw_syncs_per_second: 0.0,
+            bare_wal_per_second: 0.0,
+            syncs: after.syncs - before.syncs,
+            sync_nanos: after.sync_nanos - before.sync_nanos,
+            wal_bytes: after.bytes - before.bytes,
+        });
+    };
+
+    let started = Instant::now();
+    let ids = std::cell::RefCell::new(Vec::new());
+    row("create wallet", &engine, &|| {
+        let (created, run) = create_wallets(&runtime, &engine, 1, wallets, callers);
+        *ids.borrow_mut() = created;
+        run
+    });
+    eprintln!(
+        "  {point}: created {wallets} wallets in {:.1?}",
+        started.elapsed()
+    );
+    let ids = Arc::new(ids.into_inner());
+    {
+        let (engine_c, ids_c) = (engine.clone(), ids.clone());
+        let next = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        row("deposit, every wallet once", &engine, &|| {
+            let (engine, ids, next) = (engine_c.clone(), ids_c.clone(), next.clone());
+            closed_loop(
+                &runtime,
+                callers,
+                Some(ids.len() as u64),
+                Duration::MAX,
+                move |_, _| {
+                    let index = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let (engine, wallet) = (engine.clone(), ids[index as usize]);
+                    async move {
+                        engine.execute(deposit_command(wallet, 1_000_000)).await?;
+                        Ok(())
+                    }
+                },
+            )
+        });
+    }
+    {
+        let (engine_c, ids_c) = (engine.clone(), ids.clone());
+        row("deposit, random wallet", &engine, &|| {
+            let (engine, ids) = (engine_c.clone(), ids_c.clone());
+            closed_loop(&runtime, callers, None, run_time, move |caller, counter| {
+                let mut rng = Rng::new((caller as u64) << 32 | counter);
+                let wallet = ids[rng.below(ids.len() as u64) as usize];
+                let engine = engine.clone();
+                async move {
+                    engine
+                        .execute(deposit_command(wallet, 1 + rng.below(10_000) as i64))
+                        .await?;
+                    Ok(())
+                }
+            })
+        });
+    }
+    let pair_kinds: &[Pairs] = if shards == 1 {
+        &[Pairs::Random]
+    } else {
+        &[Pairs::Random, Pairs::SameShard, Pairs::CrossShard]
+    };
+    for &pairs in pair_kinds {
+        let by_shard: Arc<Vec<Vec<WalletId>>> = Arc::new(
+            (0..shards)
+                .map(|s| {
+                    ids.iter()
+                        .copied()
+                        .filter(|w| engine.shard_of_wallet(*w) == s)
+                        .collect()
+                })
+                .collect(),
+        );
+        let workload = match pairs {
+            Pairs::Random => "transfer, random pair",
+            Pairs::SameShard => "transfer, same-shard pair",
+            Pairs::CrossShard => "transfer, cross-shard pair",
+        };
+        let (engine_c, ids_c) = (engine.clone(), ids.clone());
+        row(workload, &engine, &|| {
+            let (engine, ids, by_shard) = (engine_c.clone(), ids_c.clone(), by_shard.clone());
+            closed_loop(&runtime, callers, None, run_time, move |caller, counter| {
+                let mut rng = Rng::new((caller as u64) << 32 | counter | 1 << 63);
+                let (source, target) = pick_pair(&mut rng, &ids, &by_shard, pairs);
+                let engine = engine.clone();
+                async move {
+                    engine
+                        .execute(transfer_command(source, target, 1 + rng.below(100) as i64))
+                        .await?;
+                    Ok(())
+                }
+            })
+        });
+    }
+    drop(runtime);
+    engine.shutdown().expect("shut the engine down");
+    rows
+}
+
+fn pick_pair(
+    rng: &mut Rng,
+    ids: &[WalletId],
+    by_shard: &[Vec<WalletId>],
+    pairs: Pairs,
+) -> (WalletId, WalletId) {
+    let pick = |rng: &mut Rng, from: &[WalletId]| from[rng.below(from.len() as u64) as usize];
+    loop {
+        let (source, target) = match pairs {
+            Pairs::Random => (pick(rng, ids), pick(rng, ids)),
+            Pairs::SameShard => {
+                let shard = &by_shard[rng.below(by_shard.len() as u64) as usize];
+                (pick(rng, shard), pick(rng, shard))
+            }
+            Pairs::CrossShard => {
+                let first = rng.below(by_shard.len() as u64) as usize;
+                let second =
+                    (first + 1 + rng.below(by_shard.len() as u64 - 1) as usize) % by_shard.len();
+                (pick(rng, &by_shard[first]), pick(rng, &by_shard[second]))
+            }
+        };
+        if source != target {
+            return (source, target);
+        }
+    }
+}
+
+/// pwrite + fdatasync of `record_bytes` for `run`, one thread; syncs per second.
+fn raw_rate(raw: &mut RawSync, record_bytes: usize, run: Duration) -> f64 {
+    let buf = vec![0x5Au8; record_bytes];
+    let started = Instant::now();
+    let mut syncs = 0u64;
+    while started.elapsed() < run {
+        raw.write_and_sync(&buf).expect("pwrite + fdatasync");
+        syncs += 1;
+    }
+    syncs as f64 / started.elapsed().as_secs_f64()
+}
