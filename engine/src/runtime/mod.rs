@@ -594,15 +594,15 @@ impl Engine {
         credit: TransferCredit,
         record: Option<IdempotencyRecord>,
     ) -> Result<Executed, EngineError> {
-        let source = self
-            .find(transfer_uuid, |s, u| s.outgoing_transfer(u).is_some())
-            .await?;
+        // The transfer lives on its source wallet's shard; no need to search for it.
+        let source = self.shard_of_wallet(credit.source_wallet_id);
         let target = self.shard_of_wallet(target_wallet_id);
         let credited = self
             .send(target, Command::TransferCredit(credit), None)
             .await?;
+        // Which transaction is the debit never changes once written: a peek is enough.
         let debit_uuid = self
-            .read_shard(source, move |s| {
+            .peek_shard(source, move |s| {
                 let transfer = s.outgoing_transfer(transfer_uuid)?;
                 let wallet = s.wallet(transfer.source_wallet_id)?;
                 Some(wallet.transaction(transfer.transaction_id)?.uuid)
