@@ -267,7 +267,12 @@ pub fn scan_dir(
     let (segments, temps) = list_segments(fs, dir)?;
     if mode == Mode::Repair {
         for temp in &temps {
-            tracing::warn!(path = %temp.display(), "removing a segment file left half-created by a crash");
+            if temp.extension().is_some_and(|e| e == "spare") {
+                // The preallocator's unused spare: normal after any shutdown; a new one is made.
+                tracing::debug!(path = %temp.display(), "removing the unused spare segment");
+            } else {
+                tracing::warn!(path = %temp.display(), "removing a segment file left half-created by a crash");
+            }
             fs.remove(temp)
                 .map_err(|e| Error::io(format!("remove stale temp file {}", temp.display()), e))?;
         }
