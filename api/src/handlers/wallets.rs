@@ -245,13 +245,36 @@ pub async fn transactions(app: &SharedApp, call: &Call) -> Handled {
     let id = call.wallet_id()?;
     authorized_wallet(app, call, id).await?;
     let requested = call.page()?;
+    wallet_page(
+        app,
+        id,
+        requested,
+        move |s| s.transactions_page(id, requested),
+        views::transaction,
+    )
+    .await
+}
+
+/// Reads one page of a wallet's records (waiting for durability), renders each record and
+/// wraps them in the paginated envelope.
+async fn wallet_page<T, J>(
+    app: &SharedApp,
+    id: WalletId,
+    requested: engine::Page,
+    read: impl FnOnce(&engine::Shard) -> Result<engine::Paged<T>, engine::Rejection> + Send + 'static,
+    render: impl Fn(&T) -> J,
+) -> Handled
+where
+    T: Send + 'static,
+    J: serde::Serialize,
+{
     let paged = app
         .engine
-        .read_wallet(id, move |s| s.transactions_page(id, requested))
+        .read_wallet(id, read)
         .await
         .map_err(engine_error)?
         .map_err(not_found_as("wallet"))?;
-    let records = paged.records.iter().map(views::transaction).collect();
+    let records = paged.records.iter().map(render).collect();
     let data = page(
         records,
         paged.total as usize,
@@ -287,20 +310,14 @@ pub async fn ledger(app: &SharedApp, call: &Call) -> Handled {
     authorized_wallet(app, call, id).await?;
     let requested = call.page()?;
     let (from, to) = date_range(call)?;
-    let paged = app
-        .engine
-        .read_wallet(id, move |s| s.ledger_page(id, requested, from, to))
-        .await
-        .map_err(engine_error)?
-        .map_err(not_found_as("wallet"))?;
-    let records = paged.records.iter().map(views::entry).collect();
-    let data = page(
-        records,
-        paged.total as usize,
-        requested.page(),
-        requested.per_page(),
-    );
-    ok(StatusCode::OK, &envelope(data, None))
+    wallet_page(
+        app,
+        id,
+        requested,
+        move |s| s.ledger_page(id, requested, from, to),
+        views::entry,
+    )
+    .await
 }
 
 pub async fn verify(app: &SharedApp, call: &Call) -> Handled {
@@ -324,20 +341,14 @@ pub async fn holds(app: &SharedApp, call: &Call) -> Handled {
     let id = call.wallet_id()?;
     authorized_wallet(app, call, id).await?;
     let requested = call.page()?;
-    let paged = app
-        .engine
-        .read_wallet(id, move |s| s.holds_page(id, requested))
-        .await
-        .map_err(engine_error)?
-        .map_err(not_found_as("wallet"))?;
-    let records = paged.records.iter().map(views::hold).collect();
-    let data = page(
-        records,
-        paged.total as usize,
-        requested.page(),
-        requested.per_page(),
-    );
-    ok(StatusCode::OK, &envelope(data, None))
+    wallet_page(
+        app,
+        id,
+        requested,
+        move |s| s.holds_page(id, requested),
+        views::hold,
+    )
+    .await
 }
 
 /// The wallet id of a JSON body field, or 422.
