@@ -229,6 +229,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         wallets = report.wallets,
         snapshot_lsn = ?report.snapshot_lsn,
         transfers_completed = report.transfers_completed,
+        payment_moves_completed = report.payment_moves_completed,
         took_ms = report.elapsed.as_millis() as u64,
         "recovered"
     );
@@ -333,6 +334,12 @@ fn replay(args: &ReplayArgs) -> anyhow::Result<()> {
         println!(
             "finished {} interrupted cross-shard transfers",
             report.transfers_completed
+        );
+    }
+    if report.payment_moves_completed > 0 {
+        println!(
+            "finished {} interrupted cross-shard payment steps",
+            report.payment_moves_completed
         );
     }
     if !args.verify {

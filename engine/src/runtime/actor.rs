@@ -46,6 +46,10 @@ pub enum Answer {
     Transaction(Uuid),
     /// A rejection decided by an earlier step (the target refused a cross-shard credit).
     Rejected(Rejection),
+    /// An outcome computed by an earlier step on another shard (a cross-shard payment's view).
+    Given(Box<Outcome>),
+    /// The view of a payment of this shard after the command (a finished cross-shard refund).
+    Payment(Uuid),
 }
 
 /// An idempotency key riding along with a command.
@@ -192,10 +196,22 @@ impl ShardActor {
                     Answer::Rejected(rejection) => {
                         Some(self.renderer.render(route, &Err(rejection)))
                     }
+                    Answer::Given(outcome) => Some(self.renderer.render(route, &Ok(*outcome))),
+                    Answer::Payment(uuid) => {
+                        let view = self.shard.payment_view(uuid).map(Outcome::Payment);
+                        Some(self.renderer.render(route, &view))
+                    }
                 };
                 record.response.clone_from(&response);
-                if let Ok(Outcome::TransferReserved { transfer, .. }) = &result {
-                    record.transfer_uuid = Some(transfer.uuid);
+                // The first step of a cross-shard move: recovery finds the waiting key by it.
+                match &result {
+                    Ok(Outcome::TransferReserved { transfer, .. }) => {
+                        record.transfer_uuid = Some(transfer.uuid);
+                    }
+                    Ok(Outcome::PaymentReserved { reservation, .. }) => {
+                        record.transfer_uuid = Some(reservation.uuid);
+                    }
+                    _ => {}
                 }
                 (response, Some(record))
             }

@@ -34,6 +34,7 @@
 
 pub mod actor;
 pub mod clock;
+mod commerce;
 pub mod idempotency;
 pub mod image;
 pub mod journal;
@@ -459,6 +460,20 @@ impl Engine {
             }
             Command::TransferCredit(credit) => shard_of(credit.target_wallet_id.0, count),
             Command::PlaceHold(hold) => shard_of(hold.wallet_id.0, count),
+            Command::InitiatePayment(payment) => shard_of(payment.merchant_wallet_id.0, count),
+            Command::CreatePaymentLink(link) => shard_of(link.merchant_wallet_id.0, count),
+            Command::CreateQr(qr) => shard_of(qr.merchant_wallet_id.0, count),
+            Command::CreatePayout(payout) => shard_of(payout.wallet_id.0, count),
+            Command::ApprovePayout { payout_id, .. }
+            | Command::RejectPayout { payout_id, .. }
+            | Command::CancelPayout { payout_id, .. }
+            | Command::ExecutePayout { payout_id, .. } => shard_of(payout_id.0, count),
+            Command::PayoutProviderResult(result) => shard_of(result.payout_id.0, count),
+            Command::CreateSettlement(settlement) => shard_of(settlement.wallet_id.0, count),
+            Command::ApproveSettlement { settlement_id, .. }
+            | Command::RejectSettlement { settlement_id, .. }
+            | Command::CancelSettlement { settlement_id, .. }
+            | Command::ExecuteSettlement { settlement_id, .. } => shard_of(settlement_id.0, count),
             _ => 0,
         }
     }
@@ -469,12 +484,29 @@ impl Engine {
         command: Command,
         record: Option<IdempotencyRecord>,
     ) -> Result<Executed, EngineError> {
-        if let Command::Transfer(args) = &command {
-            let source = self.shard_of_wallet(args.source_wallet_id);
-            let target = self.shard_of_wallet(args.target_wallet_id);
-            if source != target {
-                return self.transfer_across(args.clone(), record).await;
+        match &command {
+            Command::Transfer(args) => {
+                let source = self.shard_of_wallet(args.source_wallet_id);
+                let target = self.shard_of_wallet(args.target_wallet_id);
+                if source != target {
+                    return self.transfer_across(args.clone(), record).await;
+                }
             }
+            Command::ConfirmPayment { payment_uuid } => {
+                if let Some(place) = self.payment_place(*payment_uuid).await? {
+                    if place.crosses() {
+                        return self.confirm_across(*payment_uuid, place, record).await;
+                    }
+                }
+            }
+            Command::RefundPayment(refund) => {
+                if let Some(place) = self.payment_place(refund.payment_uuid).await? {
+                    if place.crosses() {
+                        return self.refund_across(command, place, record).await;
+                    }
+                }
+            }
+            _ => {}
         }
         let shard = self.route(&command).await?;
         let claim = record.map(|record| Claim {
@@ -527,7 +559,28 @@ impl Engine {
                 self.find(*transfer_uuid, |s, u| s.outgoing_transfer(u).is_some())
                     .await?
             }
-            _ => 0,
+            Command::ConfirmPayment { payment_uuid }
+            | Command::CancelPayment { payment_uuid }
+            | Command::FailPayment { payment_uuid } => {
+                self.find(*payment_uuid, |s, u| s.payment(u).is_some())
+                    .await?
+            }
+            Command::PaymentProviderResult(result) => {
+                self.find(result.payment_uuid, |s, u| s.payment(u).is_some())
+                    .await?
+            }
+            Command::RefundPayment(refund) => {
+                self.find(refund.payment_uuid, |s, u| s.payment(u).is_some())
+                    .await?
+            }
+            Command::PaymentReserve(reserve) => by_wallet(reserve.payer_wallet_id),
+            Command::PaymentCredit(credit) => by_wallet(credit.target_wallet_id),
+            Command::PaymentReserveFinalize { reservation_uuid }
+            | Command::PaymentReserveRelease { reservation_uuid } => {
+                self.find(*reservation_uuid, |s, u| s.payment_reservation(u).is_some())
+                    .await?
+            }
+            command => self.home(command),
         })
     }
 

@@ -39,6 +39,8 @@ pub struct RecoveryReport {
     pub wallets: usize,
     /// Cross-shard transfers a crash had left reserved, now settled.
     pub transfers_completed: usize,
+    /// Cross-shard payment steps (confirm or refund) a crash had left reserved, now settled.
+    pub payment_moves_completed: usize,
     /// A torn tail that was cut: segment, offset, reason.
     pub torn_tail: Option<String>,
     pub elapsed: Duration,
@@ -121,6 +123,10 @@ pub(crate) fn open(
         .iter()
         .flat_map(Shard::pending_outgoing_transfers)
         .collect();
+    let pending_payments: Vec<_> = shards
+        .iter()
+        .flat_map(Shard::pending_payment_reservations)
+        .collect();
     let wallets = shards.iter().map(Shard::wallet_count).sum();
     let primary =
         Currency::from_code(PRIMARY_CURRENCY).map_err(|e| OpenError::Config(e.to_string()))?;
@@ -164,6 +170,13 @@ pub(crate) fn open(
         .map_err(OpenError::Complete)?;
         tracing::info!(transfer = %transfer.uuid, "finished a cross-shard transfer interrupted by a crash");
     }
+    for reservation in pending_payments.iter().cloned() {
+        let uuid = reservation.uuid;
+        let payment = reservation.payment_uuid;
+        let record = table.pending_for_transfer(uuid);
+        block_on(engine.complete_payment_move(reservation, record)).map_err(OpenError::Complete)?;
+        tracing::info!(reservation = %uuid, payment = %payment, "finished a cross-shard payment step interrupted by a crash");
+    }
     // A crash between registering a customer and opening their wallet leaves the customer
     // without one: open it now (a no-op for everyone else).
     for customer_id in without_wallet {
@@ -181,6 +194,7 @@ pub(crate) fn open(
         last_lsn: engine.inner.wal.last_lsn(),
         wallets,
         transfers_completed: pending.len(),
+        payment_moves_completed: pending_payments.len(),
         torn_tail: recovered.torn_tail.map(|(path, offset, reason)| {
             format!("{} at offset {offset}: {reason}", path.display())
         }),
