@@ -9,6 +9,7 @@ use engine::runtime::Engine;
 use crate::auth::password::Hasher;
 use crate::auth::token::TokenKey;
 use crate::auth::{Principal, Subject};
+use crate::fees::FeeSchedule;
 use crate::metrics::Metrics;
 use crate::ratelimit::RateLimiter;
 use crate::routes::Router;
@@ -35,6 +36,10 @@ pub struct App {
     pub started_at: Instant,
     /// False while draining on shutdown: `/health` then answers 503.
     pub ready: std::sync::atomic::AtomicBool,
+    /// Payment fees per currency (`--fee-schedule`).
+    pub fees: FeeSchedule,
+    /// HMAC key of provider webhooks (`--webhook-secret`).
+    pub webhook_secret: Vec<u8>,
 }
 
 pub type SharedApp = Arc<App>;
@@ -59,6 +64,8 @@ impl App {
             verified_tokens: DashMap::new(),
             started_at: Instant::now(),
             ready: std::sync::atomic::AtomicBool::new(true),
+            fees: FeeSchedule::default(),
+            webhook_secret: Vec::new(),
         })
     }
 

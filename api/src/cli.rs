@@ -14,6 +14,7 @@ use engine::runtime::{Engine, EngineConfig, OpenError};
 use crate::app::App;
 use crate::auth::password::Hasher;
 use crate::auth::token::TokenKey;
+use crate::fees::FeeSchedule;
 use crate::views::ApiRenderer;
 
 #[derive(Parser, Debug)]
@@ -107,9 +108,14 @@ pub struct ServeArgs {
     pub fsync: Fsync,
     #[arg(long, env = "WALLETD_RATE_LIMITS", value_enum, default_value = "on")]
     pub rate_limits: Switch,
-    /// HMAC key of inbound provider webhooks.
+    /// HMAC key of inbound provider webhooks. Absent: generated once and kept in the data dir
+    /// (`webhook-secret`, mode 0600).
     #[arg(long, env = "WALLETD_WEBHOOK_SECRET", hide_env_values = true)]
     pub webhook_secret: Option<String>,
+    /// Payment fees: `CUR:PERCENT[+FIXED]` entries, comma-separated, `*` for the others
+    /// (e.g. `YER:2.5+1,USD:2.9+0.30`). Empty: no fees.
+    #[arg(long, env = "WALLETD_FEE_SCHEDULE", default_value = "")]
+    pub fee_schedule: String,
     /// Email of the platform admin created on first start.
     #[arg(
         long,
@@ -195,14 +201,23 @@ fn token_key(data_dir: &Path, given: Option<&str>) -> anyhow::Result<TokenKey> {
         }
         return Ok(TokenKey::new(secret.as_bytes().to_vec()));
     }
-    let path = data_dir.join("jwt-secret");
+    Ok(TokenKey::new(kept_secret(
+        data_dir,
+        "jwt-secret",
+        "token signing key",
+    )?))
+}
+
+/// A 32-byte random key kept hex-encoded in `data_dir/name` (mode 0600): read when it exists,
+/// else drawn once and written.
+fn kept_secret(data_dir: &Path, name: &str, what: &str) -> anyhow::Result<Vec<u8>> {
+    let path = data_dir.join(name);
     if let Ok(existing) = std::fs::read_to_string(&path) {
-        let key = hex::decode(existing.trim())
-            .with_context(|| format!("read the token key in {}", path.display()))?;
-        return Ok(TokenKey::new(key));
+        return hex::decode(existing.trim())
+            .with_context(|| format!("read the {what} in {}", path.display()));
     }
     let mut key = [0u8; 32];
-    getrandom::getrandom(&mut key).map_err(|e| anyhow::anyhow!("draw a random token key: {e}"))?;
+    getrandom::getrandom(&mut key).map_err(|e| anyhow::anyhow!("draw a random {what}: {e}"))?;
     use std::io::Write as _;
     use std::os::unix::fs::OpenOptionsExt as _;
     let mut file = std::fs::OpenOptions::new()
@@ -213,8 +228,19 @@ fn token_key(data_dir: &Path, given: Option<&str>) -> anyhow::Result<TokenKey> {
         .with_context(|| format!("create {}", path.display()))?;
     file.write_all(hex::encode(key).as_bytes())?;
     file.sync_all()?;
-    tracing::info!(path = %path.display(), "generated a token signing key");
-    Ok(TokenKey::new(key.to_vec()))
+    tracing::info!(path = %path.display(), "generated a {what}");
+    Ok(key.to_vec())
+}
+
+/// The webhook key: given (at least 16 bytes), or kept in the data dir like the token key.
+fn webhook_secret(data_dir: &Path, given: Option<&str>) -> anyhow::Result<Vec<u8>> {
+    match given {
+        Some(secret) if secret.len() < 16 => {
+            bail!("WALLETD_WEBHOOK_SECRET must be at least 16 bytes")
+        }
+        Some(secret) => Ok(secret.as_bytes().to_vec()),
+        None => kept_secret(data_dir, "webhook-secret", "webhook signing key"),
+    }
 }
 
 fn serve(args: ServeArgs) -> anyhow::Result<()> {
@@ -222,6 +248,9 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
     std::fs::create_dir_all(&args.data.data_dir)
         .with_context(|| format!("create the data directory {}", args.data.data_dir.display()))?;
     let tokens = token_key(&args.data.data_dir, args.jwt_secret.as_deref())?;
+    let webhook_secret = webhook_secret(&args.data.data_dir, args.webhook_secret.as_deref())?;
+    let fees = FeeSchedule::parse(&args.fee_schedule)
+        .map_err(|reason| anyhow::anyhow!("WALLETD_FEE_SCHEDULE: {reason}"))?;
     let (engine, report) = open_engine(engine_config(&args.data, args.fsync, args.snapshot_every))?;
     tracing::info!(
         records = report.records_replayed,
@@ -266,15 +295,16 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
             .await
             .with_context(|| format!("listen on {}", args.listen))?;
         let address = listener.local_addr()?;
-        let app = Arc::new(
-            App::new(
-                engine.clone(),
-                tokens,
-                hasher,
-                args.rate_limits == Switch::On,
-            )
-            .map_err(anyhow::Error::msg)?,
-        );
+        let mut app = App::new(
+            engine.clone(),
+            tokens,
+            hasher,
+            args.rate_limits == Switch::On,
+        )
+        .map_err(anyhow::Error::msg)?;
+        app.fees = fees;
+        app.webhook_secret = webhook_secret;
+        let app = Arc::new(app);
         let sweeper = {
             let app = app.clone();
             tokio::spawn(async move {

@@ -67,6 +67,38 @@ operations! {
     CreateTransfer => (POST, "/v1/transfers", "createTransfer", CustomerOrBusiness, None, true),
     CreateBusiness => (POST, "/v1/admin/businesses", "createBusiness", PlatformAdmin, None, true),
     CreateEmployee => (POST, "/v1/admin/employees", "createEmployee", PlatformAdmin, None, true),
+    // Appended, never inserted: a route's index is stored with pending idempotency keys.
+    CreateMerchantWallet => (POST, "/v1/merchant-wallets", "createMerchantWallet", BusinessOperator, None, true),
+    GetMerchantWalletOverview => (GET, "/v1/merchant-wallets/{merchantId}/overview", "getMerchantWalletOverview", Merchant, Some(PerMinute60), false),
+    CreateMerchantPaymentLink => (POST, "/v1/merchant-wallets/{merchantId}/payment-link", "createMerchantPaymentLink", Merchant, None, true),
+    CreateMerchantQrPayload => (POST, "/v1/merchant-wallets/{merchantId}/qr-payment", "createMerchantQrPayload", Merchant, None, true),
+    RequestMerchantSettlement => (POST, "/v1/merchant-wallets/{merchantId}/settlement-request", "requestMerchantSettlement", MerchantFinance, Some(PerMinute60), false),
+    ListMerchantTransactions => (GET, "/v1/merchant-wallets/{merchantId}/transactions", "listMerchantTransactions", Merchant, Some(PerMinute60), false),
+    InitiatePayment => (POST, "/v1/payments/initiate", "initiatePayment", Authenticated, None, true),
+    ConfirmPayment => (POST, "/v1/payments/{paymentUuid}/confirm", "confirmPayment", Authenticated, None, false),
+    CancelPayment => (POST, "/v1/payments/{paymentUuid}/cancel", "cancelPayment", Authenticated, Some(PayApi), false),
+    RefundPayment => (POST, "/v1/payments/{paymentUuid}/refund", "refundPayment", MerchantFinance, None, false),
+    GetPaymentStatus => (GET, "/v1/payments/{paymentUuid}/status", "getPaymentStatus", Authenticated, None, false),
+    ListPayouts => (GET, "/v1/payouts", "listPayouts", BusinessFinance, Some(PerMinute60), false),
+    CreatePayout => (POST, "/v1/payouts", "createPayout", BusinessFinance, None, true),
+    GetPayout => (GET, "/v1/payouts/{payoutId}", "getPayout", BusinessFinance, None, false),
+    ApprovePayout => (POST, "/v1/payouts/{payoutId}/approve", "approvePayout", RestrictedApprover, Some(PerMinute20), false),
+    CancelPayout => (POST, "/v1/payouts/{payoutId}/cancel", "cancelPayout", BusinessFinance, None, false),
+    ExecutePayout => (POST, "/v1/payouts/{payoutId}/execute", "executePayout", RestrictedOperator, Some(PerMinute20), false),
+    RejectPayout => (POST, "/v1/payouts/{payoutId}/reject", "rejectPayout", RestrictedApprover, Some(PerMinute20), false),
+    ListSettlements => (GET, "/v1/wallet-settlements", "listSettlements", BusinessFinance, Some(PerMinute60), false),
+    CreateSettlement => (POST, "/v1/wallet-settlements", "createSettlement", BusinessFinance, Some(PerMinute20), true),
+    GetSettlement => (GET, "/v1/wallet-settlements/{settlementId}", "getSettlement", BusinessFinance, None, false),
+    ApproveSettlement => (POST, "/v1/wallet-settlements/{settlementId}/approve", "approveSettlement", RestrictedApprover, Some(PerMinute20), false),
+    CancelSettlement => (POST, "/v1/wallet-settlements/{settlementId}/cancel", "cancelSettlement", BusinessFinance, None, false),
+    ExecuteSettlement => (POST, "/v1/wallet-settlements/{settlementId}/execute", "executeSettlement", RestrictedOperator, None, false),
+    RejectSettlement => (POST, "/v1/wallet-settlements/{settlementId}/reject", "rejectSettlement", RestrictedApprover, None, false),
+    GetFeeReport => (GET, "/v1/reports/fees", "getFeeReport", BusinessFinance, None, false),
+    GetPayoutReport => (GET, "/v1/reports/payouts", "getPayoutReport", BusinessFinance, None, false),
+    GetSettlementReport => (GET, "/v1/reports/settlements", "getSettlementReport", BusinessFinance, None, false),
+    GetBalanceSummary => (GET, "/v1/reports/summary", "getBalanceSummary", BusinessFinance, None, false),
+    GetTransactionReport => (GET, "/v1/reports/transactions", "getTransactionReport", BusinessFinance, None, false),
+    ReceiveProviderWebhook => (POST, "/v1/webhooks/{provider}", "receiveProviderWebhook", Public, None, false),
 }
 
 impl Op {
@@ -166,7 +198,12 @@ mod tests {
             let concrete = route
                 .path
                 .replace("{walletId}", "12")
-                .replace("{holdUuid}", "abc");
+                .replace("{holdUuid}", "abc")
+                .replace("{merchantId}", "7")
+                .replace("{paymentUuid}", "abc")
+                .replace("{payoutId}", "9")
+                .replace("{settlementId}", "9")
+                .replace("{provider}", "sandbox");
             match router.find(&route.method, &concrete) {
                 Matched::Found(op, _) => assert_eq!(op, route.op, "{concrete}"),
                 _ => panic!("{} {concrete} does not route", route.method),

@@ -482,6 +482,9 @@ pub fn render_outcome(route: u16, outcome: &Outcome) -> Rendered {
         StatusCode::OK
     };
     let refund = matches!(op, Some(Op::RefundWalletTransaction));
+    if matches!(op, Some(Op::ReceiveProviderWebhook)) {
+        return crate::views_commerce::webhook_answer(&Ok(outcome.clone()));
+    }
     match outcome {
         Outcome::Wallet(view) => wrapped(status, wallet(view), refund),
         Outcome::Transaction(view)
@@ -508,8 +511,46 @@ pub fn render_outcome(route: u16, outcome: &Outcome) -> Rendered {
             json!({ "wallet_id": report.wallet_id.0, "valid": report.valid }),
             refund,
         ),
+        Outcome::Payment(view) => crate::views_commerce::payment_answer(status, view),
+        Outcome::Payout(view) => {
+            let data = crate::views_commerce::payout(view);
+            match op {
+                Some(Op::ApprovePayout) => {
+                    Rendered::json(status, &translated(data, "Payout approved"))
+                }
+                Some(Op::RejectPayout) => {
+                    Rendered::json(status, &translated(data, "Payout rejected"))
+                }
+                Some(Op::ExecutePayout) => {
+                    Rendered::json(status, &translated(data, "Payout executed"))
+                }
+                _ => Rendered::json(status, &envelope(data, None)),
+            }
+        }
+        Outcome::Settlement(view) => Rendered::json(
+            status,
+            &envelope(crate::views_commerce::settlement(view), None),
+        ),
+        Outcome::PaymentLink(view) => Rendered::json(
+            status,
+            &envelope(crate::views_commerce::payment_link(view), None),
+        ),
+        Outcome::Qr(view) => {
+            Rendered::json(status, &envelope(crate::views_commerce::qr(view), None))
+        }
+        // Intermediate steps of cross-shard protocols and internal commands: never a request's
+        // answer (the orchestration answers with the final view), shown plainly if ever reached.
         other => wrapped(status, json!({ "outcome": format!("{other:?}") }), refund),
     }
+}
+
+/// Whether a route answers with the payment envelope (its refusals too).
+fn is_payment_route(route: u16) -> bool {
+    use crate::routes::Op;
+    matches!(
+        Op::from_index(route),
+        Some(Op::InitiatePayment | Op::ConfirmPayment | Op::CancelPayment | Op::RefundPayment)
+    )
 }
 
 /// The standard envelope around `data`, serialized once, straight to bytes.
@@ -526,8 +567,15 @@ pub struct ApiRenderer;
 
 impl Renderer for ApiRenderer {
     fn render(&self, route: u16, result: &Result<Outcome, Rejection>) -> Vec<u8> {
+        use crate::routes::Op;
+        if Op::from_index(route) == Some(Op::ReceiveProviderWebhook) {
+            return crate::views_commerce::webhook_answer(result).to_stored();
+        }
         match result {
             Ok(outcome) => render_outcome(route, outcome).to_stored(),
+            Err(rejection) if is_payment_route(route) => {
+                crate::views_commerce::payment_refusal(rejection).to_stored()
+            }
             Err(rejection) => Rendered::error(&ApiError::from_rejection(rejection)).to_stored(),
         }
     }

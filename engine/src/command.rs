@@ -495,6 +495,17 @@ impl Page {
         Ok(Self { page, per_page })
     }
 
+    /// The first `count` records, newest first: what one shard contributes when the pages of
+    /// several shards are merged (page `p` of the merge needs each shard's first `p × per_page`).
+    /// Unlike [`Page::new`] not capped at 100.
+    #[must_use]
+    pub fn first(count: u32) -> Self {
+        Self {
+            page: 1,
+            per_page: count.max(1),
+        }
+    }
+
     #[must_use]
     pub fn page(&self) -> u32 {
         self.page

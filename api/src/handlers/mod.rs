@@ -6,9 +6,14 @@
 //! path and query parsing, idempotency keys, and running a command with or without one.
 
 pub mod identity;
+pub mod merchants;
 pub mod money;
+pub mod payments;
+pub mod payouts;
+pub mod reports;
 pub mod system;
 pub mod wallets;
+pub mod webhooks;
 
 use std::net::SocketAddr;
 
@@ -67,6 +72,36 @@ pub async fn dispatch(app: &SharedApp, call: Call) -> Handled {
         Op::ReverseLedgerPair => money::reverse(app, &call).await,
         Op::HoldWalletFunds => money::place_hold(app, &call).await,
         Op::ReleaseHold | Op::CaptureHold => money::close_hold(app, &call).await,
+        Op::CreateMerchantWallet => merchants::create_wallet(app, &call).await,
+        Op::GetMerchantWalletOverview => merchants::overview(app, &call).await,
+        Op::CreateMerchantPaymentLink => merchants::payment_link(app, &call).await,
+        Op::CreateMerchantQrPayload => merchants::qr_payment(app, &call).await,
+        Op::RequestMerchantSettlement => merchants::settlement_request(app, &call).await,
+        Op::ListMerchantTransactions => merchants::transactions(app, &call).await,
+        Op::InitiatePayment => payments::initiate(app, &call).await,
+        Op::ConfirmPayment | Op::CancelPayment | Op::RefundPayment => {
+            payments::transition(app, &call).await
+        }
+        Op::GetPaymentStatus => payments::status(app, &call).await,
+        Op::ListPayouts => payouts::list_payouts(app, &call).await,
+        Op::CreatePayout => payouts::create_payout(app, &call).await,
+        Op::GetPayout => payouts::get_payout(app, &call).await,
+        Op::ApprovePayout | Op::RejectPayout | Op::CancelPayout | Op::ExecutePayout => {
+            payouts::payout_transition(app, &call).await
+        }
+        Op::ListSettlements => payouts::list_settlements(app, &call).await,
+        Op::CreateSettlement => payouts::create_settlement(app, &call).await,
+        Op::GetSettlement => payouts::get_settlement(app, &call).await,
+        Op::ApproveSettlement
+        | Op::RejectSettlement
+        | Op::CancelSettlement
+        | Op::ExecuteSettlement => payouts::settlement_transition(app, &call).await,
+        Op::GetFeeReport
+        | Op::GetPayoutReport
+        | Op::GetSettlementReport
+        | Op::GetBalanceSummary
+        | Op::GetTransactionReport => reports::report(app, &call).await,
+        Op::ReceiveProviderWebhook => webhooks::receive(app, &call).await,
     }
 }
 
@@ -253,7 +288,18 @@ pub fn engine_error(error: EngineError) -> ApiError {
 
 /// Runs a command that changes state, under the request's idempotency key when it has one.
 pub async fn run(app: &SharedApp, call: &Call, command: Command) -> Handled {
-    let Some(key) = call.idempotency_key()? else {
+    let key = call.idempotency_key()?;
+    run_keyed(app, call, command, key).await
+}
+
+/// [`run`] under `key` (the header's, or a body field's where the contract puts it there).
+pub async fn run_keyed(
+    app: &SharedApp,
+    call: &Call,
+    command: Command,
+    key: Option<String>,
+) -> Handled {
+    let Some(key) = key else {
         let outcome = app.engine.execute(command).await.map_err(engine_error)?;
         return Ok((render_outcome(call.op.index(), &outcome), false));
     };
