@@ -116,6 +116,10 @@ pub struct ServeArgs {
     /// (e.g. `YER:2.5+1,USD:2.9+0.30`). Empty: no fees.
     #[arg(long, env = "WALLETD_FEE_SCHEDULE", default_value = "")]
     pub fee_schedule: String,
+    /// Base URL clients reach this service at, for the links it hands out (payment links).
+    /// Absent: `http://` and the address it listens on.
+    #[arg(long, env = "WALLETD_PUBLIC_URL")]
+    pub public_url: Option<String>,
     /// Email of the platform admin created on first start.
     #[arg(
         long,
@@ -295,6 +299,11 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
             .await
             .with_context(|| format!("listen on {}", args.listen))?;
         let address = listener.local_addr()?;
+        crate::views_commerce::set_public_url(
+            args.public_url
+                .as_deref()
+                .unwrap_or(&format!("http://{address}")),
+        );
         let mut app = App::new(
             engine.clone(),
             tokens,

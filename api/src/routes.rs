@@ -99,6 +99,7 @@ operations! {
     GetBalanceSummary => (GET, "/v1/reports/summary", "getBalanceSummary", BusinessFinance, None, false),
     GetTransactionReport => (GET, "/v1/reports/transactions", "getTransactionReport", BusinessFinance, None, false),
     ReceiveProviderWebhook => (POST, "/v1/webhooks/{provider}", "receiveProviderWebhook", Public, None, false),
+    GetPaymentLink => (GET, "/v1/payment-links/{linkUuid}", "getPaymentLink", Authenticated, None, false),
 }
 
 impl Op {
@@ -203,7 +204,8 @@ mod tests {
                 .replace("{paymentUuid}", "abc")
                 .replace("{payoutId}", "9")
                 .replace("{settlementId}", "9")
-                .replace("{provider}", "sandbox");
+                .replace("{provider}", "sandbox")
+                .replace("{linkUuid}", "abc");
             match router.find(&route.method, &concrete) {
                 Matched::Found(op, _) => assert_eq!(op, route.op, "{concrete}"),
                 _ => panic!("{} {concrete} does not route", route.method),

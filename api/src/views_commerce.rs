@@ -116,20 +116,25 @@ pub fn payment_answer(status: StatusCode, view: &PaymentView) -> Rendered {
 /// (decisions.md §4). `transaction_id` is empty here; the handler fills in the payment named by
 /// the path with [`with_payment_uuid`]. Other statuses (404, 403, 5xx) keep the standard body.
 pub fn payment_refusal(rejection: &Rejection) -> Rendered {
-    let error = ApiError::from_rejection(rejection);
+    refusal_from_error(&ApiError::from_rejection(rejection))
+}
+
+/// [`payment_refusal`] of an API error (bad input is refused in the same envelope).
+pub fn refusal_from_error(error: &ApiError) -> Rendered {
     if !matches!(
         error.status,
         StatusCode::CONFLICT | StatusCode::UNPROCESSABLE_ENTITY
     ) {
-        return Rendered::error(&error);
+        return Rendered::error(error);
     }
     let zero = Number(rust_decimal::Decimal::ZERO);
     let result = PaymentResultJson {
         success: false,
         transaction_id: String::new(),
-        status: "failed",
+        // The request was refused; the payment (if any) is unchanged: ask its status route.
+        status: "refused",
         is_duplicate: false,
-        error_code: rejection.code(),
+        error_code: error.code,
         message: error.message.clone(),
         provider: "",
         provider_ref: String::new(),
@@ -386,14 +391,28 @@ pub struct PaymentLinkJson {
     created_at: String,
 }
 
-/// Where a link points: the path a payer's app resolves (docs/commerce-api.md).
+/// Where a link points: `{public url}/v1/payment-links/{uuid}` (docs/commerce-api.md).
 pub const PAYMENT_LINK_PATH: &str = "/v1/payment-links/";
+
+/// The service's public base URL (`--public-url`), decided once at start.
+static PUBLIC_URL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+/// Sets the public base URL links are rendered with (first call wins; `serve` calls it once).
+pub fn set_public_url(url: &str) {
+    let _ = PUBLIC_URL.set(url.trim_end_matches('/').to_owned());
+}
+
+fn public_url() -> &'static str {
+    PUBLIC_URL
+        .get()
+        .map_or("http://127.0.0.1:8080", String::as_str)
+}
 
 pub fn payment_link(view: &PaymentLinkView) -> PaymentLinkJson {
     let currency = view.currency;
     PaymentLinkJson {
         uuid: view.uuid.to_string(),
-        url: format!("{PAYMENT_LINK_PATH}{}", view.uuid),
+        url: format!("{}{PAYMENT_LINK_PATH}{}", public_url(), view.uuid),
         amount: amount(view.amount, currency),
         currency_code: currency.code().to_owned(),
         description: view.description.clone(),

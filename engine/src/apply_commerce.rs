@@ -401,12 +401,15 @@ impl Shard {
                 let number = u32::try_from(payout.attempts.len())
                     .unwrap_or(u32::MAX)
                     .saturating_add(1);
+                // Our reference for the provider, until its result brings its own; derived from
+                // stored state, so replay derives the same one.
+                let provider_ref = format!("po_{}_{number}", payout.uuid).into_boxed_str();
                 payout.attempts.push(PayoutAttempt {
                     number,
                     status: PayoutAttemptStatus::Submitted,
                     submitted_at_ms: at_ms,
                     completed_at_ms: None,
-                    provider_ref: None,
+                    provider_ref: Some(provider_ref),
                 });
             }
             PayoutChange::Paid { provider_ref } | PayoutChange::Failed { provider_ref, .. } => {
@@ -430,7 +433,9 @@ impl Shard {
                         PayoutAttemptStatus::Failed
                     };
                     attempt.completed_at_ms = Some(at_ms);
-                    attempt.provider_ref.clone_from(provider_ref);
+                    if provider_ref.is_some() {
+                        attempt.provider_ref.clone_from(provider_ref);
+                    }
                 }
             }
         }

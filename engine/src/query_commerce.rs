@@ -8,7 +8,6 @@ use crate::command::{paginate, Page, Paged};
 use crate::commerce_view::{PaymentLinkView, PaymentView, PayoutView, QrView, SettlementView};
 use crate::error::Rejection;
 use crate::ids::{PayoutId, SettlementId, Uuid, WalletId};
-use crate::ledger::Direction;
 use crate::payment::{
     IncomingPaymentCredit, Payment, PaymentLink, PaymentReservation, PaymentStatus, QrCode,
 };
@@ -194,8 +193,8 @@ impl Shard {
             .collect()
     }
 
-    /// Credits to the merchant's wallets on this shard (payments, deposits, transfers in, ...),
-    /// newest first.
+    /// Every transaction of the merchant's wallets on this shard (payments in, refunds, payouts,
+    /// settlements, deposits, ...), newest first.
     #[must_use]
     pub fn merchant_transactions_page(
         &self,
@@ -211,7 +210,6 @@ impl Shard {
                 wallet
                     .transactions()
                     .iter()
-                    .filter(|transaction| transaction.direction == Direction::Credit)
                     .map(move |transaction| (wallet, transaction))
             })
             .collect();

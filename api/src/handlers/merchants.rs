@@ -58,17 +58,16 @@ pub async fn authorized_merchant(
             call.op.route().tier.name()
         )));
     }
-    principal.require(call.op.route().tier, Scope::business(merchant_id))?;
+    // Existence first: an unknown merchant is 404 for everyone (business ids are not secret).
     let is_merchant = app
         .engine
         .read_directory(move |d| d.business(merchant_id).is_some_and(|b| b.is_merchant))
         .await
         .map_err(engine_error)?;
-    if is_merchant {
-        Ok(())
-    } else {
-        Err(ApiError::not_found("merchant"))
+    if !is_merchant {
+        return Err(ApiError::not_found("merchant"));
     }
+    principal.require(call.op.route().tier, Scope::business(merchant_id))
 }
 
 /// The merchant's wallet for a request: `wallet_id` when given (it must be the merchant's), else
@@ -255,5 +254,29 @@ pub async fn transactions(app: &SharedApp, call: &Call) -> Handled {
     ok(
         StatusCode::OK,
         &meta_list(records, paged.total, requested.page(), requested.per_page()),
+    )
+}
+
+/// `GET /payment-links/{linkUuid}`: what a payer's app shows before paying a link (its amount,
+/// currency, merchant and whether it is still usable). The uuid is the capability: any signed-in
+/// caller who has it may read the link.
+pub async fn get_payment_link(app: &SharedApp, call: &Call) -> Handled {
+    call.principal()?;
+    let uuid = call.uuid_param("linkUuid", "payment link")?;
+    let shard = app
+        .engine
+        .find(uuid, |s, u| s.payment_link(u).is_some())
+        .await
+        .map_err(engine_error)?;
+    let now_ms = app.now_ms();
+    let view = app
+        .engine
+        .read_shard(shard, move |s| s.payment_link_view(uuid, now_ms))
+        .await
+        .map_err(engine_error)?
+        .map_err(|_| ApiError::not_found("payment link"))?;
+    ok(
+        StatusCode::OK,
+        &envelope(crate::views_commerce::payment_link(&view), None),
     )
 }

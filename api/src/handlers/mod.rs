@@ -102,6 +102,7 @@ pub async fn dispatch(app: &SharedApp, call: Call) -> Handled {
         | Op::GetBalanceSummary
         | Op::GetTransactionReport => reports::report(app, &call).await,
         Op::ReceiveProviderWebhook => webhooks::receive(app, &call).await,
+        Op::GetPaymentLink => merchants::get_payment_link(app, &call).await,
     }
 }
 

@@ -22,7 +22,9 @@ use crate::error::ApiError;
 use crate::json::{deserialize_decimal, deserialize_optional_decimal};
 use crate::routes::Op;
 use crate::views::{render_outcome, Rendered};
-use crate::views_commerce::{mark_duplicate, payment_answer, payment_refusal, with_payment_uuid};
+use crate::views_commerce::{
+    mark_duplicate, payment_answer, payment_refusal, refusal_from_error, with_payment_uuid,
+};
 
 /// Runs a payment command: the payment envelope for success and refusal alike.
 async fn run_payment(
@@ -87,9 +89,34 @@ struct InitiateBody {
     provider: Option<String>,
 }
 
+/// Answers a refused payment request in the payment envelope: every 409 and 422 of these routes
+/// (bad input included), so clients read one shape (decisions.md §4). 401, 403, 404 and 5xx keep
+/// the standard error body.
+pub async fn in_envelope(handled: Handled, path_uuid: Option<Uuid>) -> Handled {
+    match handled {
+        Err(error)
+            if matches!(
+                error.status,
+                StatusCode::CONFLICT | StatusCode::UNPROCESSABLE_ENTITY
+            ) =>
+        {
+            let mut rendered = refusal_from_error(&error);
+            if let Some(uuid) = &path_uuid {
+                with_payment_uuid(&mut rendered, uuid);
+            }
+            Ok((rendered, false))
+        }
+        other => other,
+    }
+}
+
 /// `POST /payments/initiate`: the caller pays from `wallet_id` (their own wallet, or one of
 /// their business's) to the merchant.
 pub async fn initiate(app: &SharedApp, call: &Call) -> Handled {
+    in_envelope(initiate_payment(app, call).await, None).await
+}
+
+async fn initiate_payment(app: &SharedApp, call: &Call) -> Handled {
     let body: InitiateBody = call.json()?;
     let payer = wallet_field(body.wallet_id, "wallet_id")?;
     super::authorized_wallet(app, call, payer).await?;
@@ -204,13 +231,6 @@ fn authorize(
             return principal.require(tier, Scope::business(parties.merchant_id));
         }
     }
-    if call.op == Op::RefundPayment {
-        // Only the merchant refunds.
-        return Err(match principal.subject {
-            Subject::Customer(_) => ApiError::not_found("payment"),
-            Subject::Employee(_) => ApiError::forbidden("only the merchant refunds its payments"),
-        });
-    }
     let payer = parties
         .payer
         .as_ref()
@@ -223,7 +243,14 @@ fn authorize(
             } else {
                 error
             }
-        })
+        })?;
+    if call.op == Op::RefundPayment {
+        // The payer side may see the payment, but only the merchant refunds it.
+        return Err(ApiError::forbidden(
+            "only the merchant's merchant_finance staff refund a payment",
+        ));
+    }
+    Ok(())
 }
 
 #[derive(Deserialize, Default)]
@@ -237,6 +264,10 @@ struct RefundBody {
 /// Confirm, cancel and refund: one transition of the payment named by the path.
 pub async fn transition(app: &SharedApp, call: &Call) -> Handled {
     let uuid = call.uuid_param("paymentUuid", "payment")?;
+    in_envelope(transition_payment(app, call, uuid).await, Some(uuid)).await
+}
+
+async fn transition_payment(app: &SharedApp, call: &Call, uuid: Uuid) -> Handled {
     let parties = parties(app, uuid).await?;
     let command = match call.op {
         Op::ConfirmPayment => {

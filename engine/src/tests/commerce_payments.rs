@@ -558,11 +558,19 @@ fn payment_lists_and_merchant_transactions() {
         Page::default(),
     );
     assert_eq!(none.total, 0);
-    let credits = h
+    // Every transaction of the merchant's wallets, debits too, newest first.
+    let listed = h
         .shard
         .merchant_transactions_page(MERCHANT, Page::default());
-    let kinds: Vec<TransactionType> = credits.records.iter().map(|t| t.transaction_type).collect();
-    assert_eq!(kinds, [TransactionType::Deposit, TransactionType::Payment]);
+    let kinds: Vec<TransactionType> = listed.records.iter().map(|t| t.transaction_type).collect();
+    assert_eq!(
+        kinds,
+        [
+            TransactionType::Withdrawal,
+            TransactionType::Deposit,
+            TransactionType::Payment
+        ]
+    );
     assert_eq!(h.shard.merchant_wallets(MERCHANT).len(), 1);
     assert!(h.shard.merchant_wallets(1).is_empty());
 }
