@@ -6,6 +6,8 @@
 //! - `walletd_wal_*`: fsyncs (group commits), fsync seconds, records, bytes, last and durable
 //!   LSN; the mean batch is `walletd_wal_records_total / walletd_wal_fsyncs_total`
 //! - `walletd_shard_queue_depth{shard}`: commands queued at or running on each shard
+//! - `walletd_webhook_events_total{provider,result}`: provider events by what they did
+//!   (`applied`, `not_applied`, `duplicate`, `refused`: bad signature, stale or invalid)
 
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -30,6 +32,7 @@ struct Histogram {
 pub struct Metrics {
     requests: DashMap<(&'static str, u16), AtomicU64>,
     latency: DashMap<&'static str, Histogram>,
+    webhooks: DashMap<(&'static str, &'static str), AtomicU64>,
 }
 
 impl Metrics {
@@ -54,6 +57,14 @@ impl Metrics {
             u64::try_from(took.as_micros()).unwrap_or(u64::MAX),
             Ordering::Relaxed,
         );
+    }
+
+    /// Counts one provider event by what it did.
+    pub fn webhook(&self, provider: &'static str, result: &'static str) {
+        self.webhooks
+            .entry((provider, result))
+            .or_default()
+            .fetch_add(1, Ordering::Relaxed);
     }
 
     /// Prometheus text exposition, with the engine's WAL figures appended.
@@ -150,6 +161,22 @@ impl Metrics {
             let _ = writeln!(
                 out,
                 "walletd_shard_queue_depth{{shard=\"{shard}\"}} {depth}"
+            );
+        }
+        let _ = writeln!(
+            out,
+            "# HELP walletd_webhook_events_total Provider events by result.\n# TYPE walletd_webhook_events_total counter"
+        );
+        let mut webhooks: Vec<_> = self
+            .webhooks
+            .iter()
+            .map(|item| (*item.key(), item.value().load(Ordering::Relaxed)))
+            .collect();
+        webhooks.sort_unstable();
+        for ((provider, result), count) in webhooks {
+            let _ = writeln!(
+                out,
+                "walletd_webhook_events_total{{provider=\"{provider}\",result=\"{result}\"}} {count}"
             );
         }
         out

@@ -128,8 +128,27 @@ fn check_money(
 pub async fn receive(app: &SharedApp, call: &Call) -> Handled {
     let provider = call
         .param("provider")
-        .filter(|p| PROVIDERS.contains(p))
+        .and_then(|p| PROVIDERS.iter().copied().find(|known| *known == p))
         .ok_or_else(|| ApiError::not_found("provider"))?;
+    let handled = deliver(app, call, provider).await;
+    let result = match &handled {
+        Err(_) => "refused",
+        Ok((_, true)) => "duplicate",
+        Ok((rendered, false)) if rendered.status != hyper::StatusCode::OK => "refused",
+        Ok((rendered, false)) if contains(&rendered.body, br#""applied":false"#) => "not_applied",
+        Ok(_) => "applied",
+    };
+    app.metrics.webhook(provider, result);
+    handled
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack
+        .windows(needle.len())
+        .any(|window| window == needle)
+}
+
+async fn deliver(app: &SharedApp, call: &Call, provider: &'static str) -> Handled {
     let header = |name: &str| call.headers.get(name).and_then(|v| v.to_str().ok());
     verify(
         &app.webhook_secret,
