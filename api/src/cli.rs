@@ -393,6 +393,13 @@ fn replay(args: &ReplayArgs) -> anyhow::Result<()> {
             .check_invariants()
             .await
             .map_err(|v| anyhow::anyhow!("invariant violated: {v}"))?;
+        let pending = engine
+            .pending_cross_shard_moves()
+            .await
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        if pending > 0 {
+            bail!("invariant violated: {pending} cross-shard moves are still half-done after recovery");
+        }
         let digests = engine
             .read_all(|s| s.state_digest().to_hex())
             .await
@@ -410,7 +417,7 @@ fn replay(args: &ReplayArgs) -> anyhow::Result<()> {
     if first != second {
         bail!("invariant violated: replaying the same log twice gave different states ({first:?} vs {second:?})");
     }
-    println!("verified: double entry per currency, cached balances, holds, spendable >= 0, hash chains, no half-done transfer, deterministic replay");
+    println!("verified: double entry per currency, cached balances, holds, spendable >= 0, hash chains, no half-done transfer or payment across shards, deterministic replay");
     Ok(())
 }
 

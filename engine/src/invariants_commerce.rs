@@ -379,3 +379,133 @@ impl Shard {
         Ok(())
     }
 }
+
+/// One shard's side of its cross-shard moves (transfers and payment steps), for the pairing check
+/// across shards that no single shard can make ([`check_cross_shard_pairs`]).
+#[derive(Clone, Debug, Default)]
+pub struct CrossShardLegs {
+    /// Reserved here (debited into in-transit): uuid, state, amount.
+    pub sent: Vec<(Uuid, TransferState, Decimal)>,
+    /// Credited here from another shard: uuid, amount.
+    pub received: Vec<(Uuid, Decimal)>,
+}
+
+impl Shard {
+    /// This shard's reservations and received credits (see [`CrossShardLegs`]).
+    #[must_use]
+    pub fn cross_shard_legs(&self) -> CrossShardLegs {
+        let mut legs = CrossShardLegs::default();
+        for transfer in self.transfers_out.values() {
+            legs.sent
+                .push((transfer.uuid, transfer.state, transfer.amount));
+        }
+        for reservation in self.commerce.reservations.values() {
+            legs.sent
+                .push((reservation.uuid, reservation.state, reservation.amount));
+        }
+        for transfer in self.transfers_in.values() {
+            legs.received.push((transfer.uuid, transfer.amount));
+        }
+        for credit in self.commerce.credits.values() {
+            legs.received.push((credit.uuid, credit.amount));
+        }
+        legs
+    }
+}
+
+/// No money is half-moved between shards: every credit received matches a reservation of the
+/// same amount that was not released, and every finalized reservation was credited. A reservation
+/// still `reserved` may or may not be credited yet (the protocol is between steps 1 and 3).
+pub fn check_cross_shard_pairs(shards: &[CrossShardLegs]) -> Result<(), String> {
+    let mut sent = HashMap::new();
+    for legs in shards {
+        for (uuid, state, amount) in &legs.sent {
+            sent.insert(*uuid, (*state, *amount));
+        }
+    }
+    let mut received = std::collections::HashSet::new();
+    for legs in shards {
+        for (uuid, amount) in &legs.received {
+            match sent.get(uuid) {
+                None => return Err(format!("cross-shard credit {uuid} has no reservation")),
+                Some((TransferState::Released, _)) => {
+                    return Err(format!(
+                        "cross-shard credit {uuid} was received but its reservation was released"
+                    ))
+                }
+                Some((_, reserved)) if reserved != amount => {
+                    return Err(format!(
+                        "cross-shard credit {uuid} of {amount} does not match its reservation of {reserved}"
+                    ))
+                }
+                Some(_) => {}
+            }
+            received.insert(*uuid);
+        }
+    }
+    for (uuid, (state, _)) in &sent {
+        if *state == TransferState::Finalized && !received.contains(uuid) {
+            return Err(format!(
+                "cross-shard move {uuid} was finalized but never credited"
+            ));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod cross_shard_tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn uuid(n: u8) -> Uuid {
+        Uuid([n; 16])
+    }
+
+    fn legs(sent: &[(u8, TransferState, i64)], received: &[(u8, i64)]) -> CrossShardLegs {
+        CrossShardLegs {
+            sent: sent
+                .iter()
+                .map(|(n, state, amount)| (uuid(*n), *state, Decimal::from(*amount)))
+                .collect(),
+            received: received
+                .iter()
+                .map(|(n, amount)| (uuid(*n), Decimal::from(*amount)))
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn pairs_hold_in_every_stage_of_the_protocol() {
+        let source = legs(
+            &[
+                (1, TransferState::Reserved, 5),
+                (2, TransferState::Reserved, 6),
+                (3, TransferState::Finalized, 7),
+                (4, TransferState::Released, 8),
+            ],
+            &[],
+        );
+        // 1: reserved, not credited yet; 2: credited, not finalized yet; 3: done; 4: undone.
+        let target = legs(&[], &[(2, 6), (3, 7)]);
+        check_cross_shard_pairs(&[source, target]).unwrap();
+    }
+
+    #[test]
+    fn a_half_moved_payment_is_caught() {
+        let finalized_uncredited = legs(&[(1, TransferState::Finalized, 5)], &[]);
+        assert!(check_cross_shard_pairs(&[finalized_uncredited]).is_err());
+        let released_but_credited = [
+            legs(&[(1, TransferState::Released, 5)], &[]),
+            legs(&[], &[(1, 5)]),
+        ];
+        assert!(check_cross_shard_pairs(&released_but_credited).is_err());
+        let other_amount = [
+            legs(&[(1, TransferState::Finalized, 5)], &[]),
+            legs(&[], &[(1, 6)]),
+        ];
+        assert!(check_cross_shard_pairs(&other_amount).is_err());
+        let orphan = [legs(&[], &[(9, 1)])];
+        assert!(check_cross_shard_pairs(&orphan).is_err());
+    }
+}

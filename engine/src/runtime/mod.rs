@@ -967,7 +967,22 @@ impl Engine {
                 ));
             }
         }
-        Ok(())
+        let legs = self
+            .read_all(Shard::cross_shard_legs)
+            .await
+            .map_err(|e| e.to_string())?;
+        crate::invariants_commerce::check_cross_shard_pairs(&legs)
+    }
+
+    /// Cross-shard moves still between their first and last step (transfers and payment
+    /// reservations `reserved`). After recovery there are none: it finishes them.
+    pub async fn pending_cross_shard_moves(&self) -> Result<usize, EngineError> {
+        let counts = self
+            .read_all(|s| {
+                s.pending_outgoing_transfers().len() + s.pending_payment_reservations().len()
+            })
+            .await?;
+        Ok(counts.iter().sum())
     }
 
     /// Stops the shards, makes the log durable and closes it. Requests still queued fail.
