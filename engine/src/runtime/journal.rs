@@ -6,7 +6,7 @@
 //!
 //! | offset | size | field                                                               |
 //! |--------|------|---------------------------------------------------------------------|
-//! | 0      | 1    | journal format version (`1`)                                        |
+//! | 0      | 1    | journal format version (`1`, or `2` when an event needs format 2)   |
 //! | 1      | n    | postcard encoding of [`JournalEntry`]                               |
 //!
 //! [`JournalEntry::events`] are the shard's domain events (see [`crate::event`]).
@@ -19,8 +19,11 @@ use crate::directory::DirectoryEvent;
 use crate::error::DecodeError;
 use crate::event::Event;
 
-/// Version byte at the start of every journal entry.
-pub const JOURNAL_FORMAT_VERSION: u8 = 1;
+/// Newest version byte at the start of a journal entry. An entry is written with the lowest
+/// version that can hold its events (the newest of their [`Event::format_version`]s), so a
+/// binary that predates the commerce events still reads every record without them and refuses
+/// the others by their version, naming it, instead of failing to parse them.
+pub const JOURNAL_FORMAT_VERSION: u8 = 2;
 
 /// Who asked, under which key, for what, and what they were answered.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -57,19 +60,37 @@ impl JournalEntry {
     /// Encodes the entry as one WAL record.
     #[must_use]
     pub fn encode(&self) -> Vec<u8> {
-        postcard::to_extend(self, vec![JOURNAL_FORMAT_VERSION]).unwrap_or_default()
+        postcard::to_extend(self, vec![self.format_version()]).unwrap_or_default()
+    }
+
+    /// The version this entry is written with: 1 unless an event needs format 2.
+    #[must_use]
+    pub fn format_version(&self) -> u8 {
+        self.events
+            .iter()
+            .map(Event::format_version)
+            .max()
+            .unwrap_or(1)
+            .max(1)
     }
 
     /// Decodes and validates a WAL record. Never panics, whatever the bytes.
     pub fn decode(bytes: &[u8]) -> Result<Self, DecodeError> {
         let (version, body) = bytes.split_first().ok_or(DecodeError::Empty)?;
-        if *version != JOURNAL_FORMAT_VERSION {
+        if !(1..=JOURNAL_FORMAT_VERSION).contains(version) {
             return Err(DecodeError::UnsupportedVersion(*version));
         }
         let (entry, rest): (JournalEntry, &[u8]) = postcard::take_from_bytes(body)
             .map_err(|error| DecodeError::Malformed(error.to_string()))?;
         if !rest.is_empty() {
             return Err(DecodeError::TrailingBytes(rest.len()));
+        }
+        // A version 1 entry cannot hold what version 2 added (the writer picks the version).
+        if entry.format_version() > *version {
+            return Err(DecodeError::Malformed(format!(
+                "a version {version} journal entry holds version {} events",
+                entry.format_version()
+            )));
         }
         for event in &entry.events {
             event.validate().map_err(DecodeError::Invalid)?;

@@ -15,6 +15,7 @@ mod commerce_settlements;
 mod commerce_support;
 mod cross_shard;
 mod holds;
+mod journal;
 mod memory;
 mod model;
 mod money_ops;
