@@ -20,20 +20,62 @@ pub trait Clock: Send + Sync + 'static {
     }
 }
 
-/// The wall clock and the OS random source.
+/// The wall clock and the OS random source (through [`random_bytes`]).
 #[derive(Debug, Default, Clone, Copy)]
 pub struct SystemClock;
 
+/// Outputs drawn from one seed before a thread reseeds from the OS.
+const RESEED_EVERY: u64 = 1 << 20;
+
+/// Per-thread generator state: a 32-byte secret key from the OS and a counter.
+struct HashDrbg {
+    key: [u8; 32],
+    counter: u64,
+}
+
+thread_local! {
+    static DRBG: std::cell::RefCell<Option<HashDrbg>> = const { std::cell::RefCell::new(None) };
+}
+
+fn os_random() -> [u8; 32] {
+    let mut bytes = [0u8; 32];
+    if getrandom::getrandom(&mut bytes).is_err() {
+        // The OS random source failing is not recoverable for a payments service: ids would
+        // collide. Refuse loudly rather than invent weak randomness.
+        tracing::error!("the operating system's random source failed");
+        std::process::abort();
+    }
+    bytes
+}
+
+/// 32 fresh, unpredictable bytes: SHA-256(key ‖ counter) in counter mode over a per-thread key
+/// drawn from the OS (reseeded every 2^20 outputs). A command's uuids are derived from these, and
+/// some uuids are capabilities (payment links), so they must be unguessable; one `getrandom`
+/// syscall per command and per request id was measurable CPU on the request path, this is not.
+#[must_use]
+pub fn random_bytes() -> [u8; 32] {
+    use sha2::{Digest, Sha256};
+    DRBG.with(|cell| {
+        let mut state = cell.borrow_mut();
+        let drbg = match &mut *state {
+            Some(drbg) if drbg.counter < RESEED_EVERY => drbg,
+            slot => slot.insert(HashDrbg {
+                key: os_random(),
+                counter: 0,
+            }),
+        };
+        drbg.counter += 1;
+        let mut hasher = Sha256::new();
+        hasher.update(b"walletd-drbg-v1");
+        hasher.update(drbg.key);
+        hasher.update(drbg.counter.to_le_bytes());
+        hasher.finalize().into()
+    })
+}
+
 impl Clock for SystemClock {
     fn entropy(&self) -> [u8; 32] {
-        let mut bytes = [0u8; 32];
-        if getrandom::getrandom(&mut bytes).is_err() {
-            // The OS random source failing is not recoverable for a payments service: ids would
-            // collide. Refuse loudly rather than invent weak randomness.
-            tracing::error!("the operating system's random source failed");
-            std::process::abort();
-        }
-        bytes
+        random_bytes()
     }
 
     fn now_ms(&self) -> i64 {
@@ -87,5 +129,25 @@ impl Clock for SeededClock {
 
     fn now_ms(&self) -> i64 {
         self.now_ms.load(Ordering::SeqCst)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn random_bytes_do_not_repeat_within_or_across_threads() {
+        let mut seen = std::collections::HashSet::new();
+        for _ in 0..1000 {
+            assert!(seen.insert(random_bytes()));
+        }
+        let other = std::thread::spawn(|| (0..1000).map(|_| random_bytes()).collect::<Vec<_>>())
+            .join()
+            .unwrap_or_default();
+        assert_eq!(other.len(), 1000);
+        for bytes in other {
+            assert!(seen.insert(bytes));
+        }
     }
 }
