@@ -42,6 +42,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde_json::{json, Value};
 
+use rust_decimal::Decimal;
+
 use crate::http::{self, Response};
 
 /// Password of the platform admin every test server creates on first start.
@@ -54,6 +56,11 @@ pub const JWT_SECRET: &str = "walletd-test-jwt-secret-0123456789abcdef";
 pub const PASSWORD: &str = "correct horse battery";
 /// The platform business (customer wallets belong to it).
 pub const PLATFORM_BUSINESS_ID: u64 = 1;
+/// The payment fee schedule every test server runs with (`WALLETD_FEE_SCHEDULE`,
+/// docs/commerce-api.md): YER 2.5 % + 1.00, USD 2.9 % + 0.30, SAR free.
+pub const FEE_SCHEDULE: &str = "YER:2.5+1,USD:2.9+0.30,SAR:0";
+/// The provider webhook HMAC key every test server runs with (`WALLETD_WEBHOOK_SECRET`).
+pub const WEBHOOK_SECRET: &str = "test-webhook-secret-0123456789";
 /// How long a server may take to print its listening line.
 const START_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -218,6 +225,8 @@ impl Server {
             .env("WALLETD_ADMIN_PASSWORD", ADMIN_PASSWORD)
             .env("WALLETD_JWT_SECRET", JWT_SECRET)
             .env("WALLETD_LOG", "warn")
+            .env("WALLETD_FEE_SCHEDULE", FEE_SCHEDULE)
+            .env("WALLETD_WEBHOOK_SECRET", WEBHOOK_SECRET)
             .env(
                 "WALLETD_RATE_LIMITS",
                 if self.options.rate_limits {
@@ -563,6 +572,199 @@ impl Server {
         assert_eq!(response.status, 200, "balance: {}", response.text());
         (response.text(), response.json())
     }
+
+    /// The exact balances of a wallet (`GET /v1/wallets/{id}/balance`, digits as sent).
+    pub fn balances(&self, token: &str, wallet_id: u64) -> Balances {
+        let response = self.get(&format!("/v1/wallets/{wallet_id}/balance"), Some(token));
+        assert_eq!(response.status, 200, "balance: {}", response.text());
+        let data = &exact_json(&response.body)["data"];
+        Balances {
+            balance: decimal(&data["balance"]),
+            available: decimal(&data["available_balance"]),
+            held: decimal(&data["held_balance"]),
+            pending: decimal(&data["pending_balance"]),
+        }
+    }
+
+    /// POST with extra headers (and a bearer token when given).
+    pub fn post_with_headers(
+        &self,
+        path: &str,
+        token: Option<&str>,
+        headers: &[(&str, &str)],
+        body: &str,
+    ) -> Response {
+        self.request("POST", path, token, headers, Some(body.as_bytes()))
+    }
+
+    /// `POST /v1/merchant-wallets` as `token` (an operator of `merchant_id`); must answer 201;
+    /// returns the Wallet (`data`).
+    pub fn create_merchant_wallet(&self, token: &str, merchant_id: u64, currency: &str) -> Value {
+        let body = json!({"merchant_id": merchant_id, "currency_code": currency});
+        self.post_expect("/v1/merchant-wallets", Some(token), &body.to_string(), 201)["data"]
+            .clone()
+    }
+
+    /// `POST /v1/webhooks/{provider}` with `body` signed by [`WEBHOOK_SECRET`] at `timestamp`
+    /// (unix seconds).
+    pub fn post_webhook_at(&self, provider: &str, body: &str, timestamp: u64) -> Response {
+        let timestamp = timestamp.to_string();
+        let signature = sign_webhook(WEBHOOK_SECRET, &timestamp, body);
+        self.post_with_headers(
+            &format!("/v1/webhooks/{provider}"),
+            None,
+            &[
+                ("X-Webhook-Timestamp", &timestamp),
+                ("X-Webhook-Signature", &signature),
+            ],
+            body,
+        )
+    }
+
+    /// `POST /v1/webhooks/{provider}` with `body` signed by [`WEBHOOK_SECRET`] now.
+    pub fn post_webhook(&self, provider: &str, body: &str) -> Response {
+        self.post_webhook_at(provider, body, unix_now())
+    }
+}
+
+/// A wallet's balances as exact decimals.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Balances {
+    pub balance: Decimal,
+    pub available: Decimal,
+    pub held: Decimal,
+    pub pending: Decimal,
+}
+
+/// `v1=<hex HMAC-SHA256(secret, "{timestamp}.{body}")>`: the `X-Webhook-Signature` of a provider
+/// webhook (docs/commerce-api.md).
+pub fn sign_webhook(secret: &str, timestamp: &str, body: &str) -> String {
+    use hmac::{Hmac, Mac};
+    let mut mac = Hmac::<sha2::Sha256>::new_from_slice(secret.as_bytes()).expect("any key length");
+    mac.update(timestamp.as_bytes());
+    mac.update(b".");
+    mac.update(body.as_bytes());
+    let digest = mac.finalize().into_bytes();
+    let mut text = String::with_capacity(3 + digest.len() * 2);
+    text.push_str("v1=");
+    for byte in digest {
+        const HEX: &[u8; 16] = b"0123456789abcdef";
+        text.push(char::from(HEX[usize::from(byte >> 4)]));
+        text.push(char::from(HEX[usize::from(byte & 0x0f)]));
+    }
+    text
+}
+
+/// Seconds since the Unix epoch, now.
+pub fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// A JSON body parsed with every number kept as its exact text (a JSON string), so amounts are
+/// compared as decimals, never through f64. Ids come out as strings too: read them from
+/// [`Response::json`].
+pub fn exact_json(body: &[u8]) -> Value {
+    let text = std::str::from_utf8(body).expect("a UTF-8 body");
+    let mut quoted = String::with_capacity(text.len() + 64);
+    let mut chars = text.chars().peekable();
+    let mut in_string = false;
+    while let Some(c) = chars.next() {
+        if in_string {
+            quoted.push(c);
+            match c {
+                '\\' => {
+                    if let Some(escaped) = chars.next() {
+                        quoted.push(escaped);
+                    }
+                }
+                '"' => in_string = false,
+                _ => {}
+            }
+        } else if c == '"' {
+            in_string = true;
+            quoted.push(c);
+        } else if c == '-' || c.is_ascii_digit() {
+            quoted.push('"');
+            quoted.push(c);
+            while let Some(&next) = chars.peek() {
+                if next.is_ascii_digit() || matches!(next, '.' | 'e' | 'E' | '+' | '-') {
+                    quoted.push(next);
+                    chars.next();
+                } else {
+                    break;
+                }
+            }
+            quoted.push('"');
+        } else {
+            quoted.push(c);
+        }
+    }
+    serde_json::from_str(&quoted).unwrap_or_else(|error| panic!("not JSON ({error}): {text}"))
+}
+
+/// The exact decimal of a number read by [`exact_json`] (or of decimal text); panics on anything
+/// else, so a missing or null amount fails the test.
+pub fn decimal(value: &Value) -> Decimal {
+    let text = value
+        .as_str()
+        .unwrap_or_else(|| panic!("{value} is not a number read by exact_json"));
+    dec(text)
+}
+
+/// Decimal text ("96.50") as an exact decimal.
+pub fn dec(text: &str) -> Decimal {
+    let parsed = if text.contains(['e', 'E']) {
+        Decimal::from_scientific(text)
+    } else {
+        text.parse::<Decimal>()
+    };
+    parsed.unwrap_or_else(|error| panic!("{text:?} is not a decimal: {error}"))
+}
+
+/// The UTC date `days` from today (negative: in the past) as `YYYY-MM-DD`.
+pub fn utc_date(days: i64) -> String {
+    let today = i64::try_from(unix_now() / 86_400).expect("days since 1970 fit in i64");
+    let (year, month, day) = civil_from_days(today + days);
+    format!("{year:04}-{month:02}-{day:02}")
+}
+
+/// Unix seconds of an ISO 8601 UTC timestamp (`2024-05-01T12:00:00Z`, fraction ignored).
+pub fn unix_seconds(timestamp: &str) -> i64 {
+    let number = |range: std::ops::Range<usize>| -> i64 {
+        timestamp
+            .get(range)
+            .and_then(|t| t.parse().ok())
+            .unwrap_or_else(|| panic!("{timestamp:?} is not an ISO 8601 timestamp"))
+    };
+    let days = days_from_civil(number(0..4), number(5..7), number(8..10));
+    days * 86_400 + number(11..13) * 3_600 + number(14..16) * 60 + number(17..19)
+}
+
+/// Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant's algorithm).
+fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
+    let year = if month <= 2 { year - 1 } else { year };
+    let era = year.div_euclid(400);
+    let year_of_era = year - era * 400;
+    let day_of_year = (153 * (month + if month > 2 { -3 } else { 9 }) + 2) / 5 + day - 1;
+    let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
+    era * 146_097 + day_of_era - 719_468
+}
+
+/// The date of a day count since 1970-01-01 (inverse of [`days_from_civil`]).
+fn civil_from_days(days: i64) -> (i64, i64, i64) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let day_of_era = z - era * 146_097;
+    let year_of_era =
+        (day_of_era - day_of_era / 1_460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
+    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
+    let mp = (5 * day_of_year + 2) / 153;
+    let day = day_of_year - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = year_of_era + era * 400 + i64::from(month <= 2);
+    (year, month, day)
 }
 
 impl Drop for Server {
@@ -591,4 +793,40 @@ rm -rf -- "$1""#;
         .expect("spawn the guardian sh");
     let stdin = child.stdin.take().expect("piped stdin");
     (child, stdin)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dates_round_trip_through_day_counts() {
+        assert_eq!(days_from_civil(1970, 1, 1), 0);
+        assert_eq!(civil_from_days(0), (1970, 1, 1));
+        assert_eq!(days_from_civil(2000, 3, 1), 11_017);
+        assert_eq!(civil_from_days(19_782), (2024, 2, 29));
+        for days in [-1, 59, 10_957, 19_723, 20_000, 40_000] {
+            let (y, m, d) = civil_from_days(days);
+            assert_eq!(days_from_civil(y, m, d), days);
+        }
+        assert_eq!(unix_seconds("2024-02-29T01:02:03.456Z"), 1_709_168_523);
+    }
+
+    #[test]
+    fn exact_json_keeps_every_digit() {
+        let value = exact_json(br#"{"a": 0.10, "b": [-3.50, 1e2], "c": "x\"1.5", "d": null}"#);
+        assert_eq!(value["a"], json!("0.10"));
+        assert_eq!(value["b"], json!(["-3.50", "1e2"]));
+        assert_eq!(value["c"], json!("x\"1.5"));
+        assert_eq!(decimal(&value["b"][1]), dec("100"));
+    }
+
+    #[test]
+    fn webhook_signatures_are_hex_hmac_sha256() {
+        // Python: hmac.new(b"Jefe", b'1700000000.{"id":"evt"}', hashlib.sha256).hexdigest()
+        assert_eq!(
+            sign_webhook("Jefe", "1700000000", r#"{"id":"evt"}"#),
+            "v1=c4f82447b40f27f9b6a91ac37f3d661520e3a4cf665a0ee3c1c6dd8018cf2d0e"
+        );
+    }
 }
