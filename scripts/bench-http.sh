@@ -14,8 +14,9 @@
 #                         [--perf S] [--client raw|hyper] [--fsync always|never] [--out DIR]
 #                         [--no-build]
 #
-# --connections-sweep: also run both mixes against both servers at each connection count and
-#   record throughput and latency in DIR/sweep.csv (one row per run; for a plot).
+# --connections-sweep: also run both mixes against both servers at each connection count, record
+#   throughput and latency in DIR/sweep.csv (one row per run) and plot them to DIR/sweep.svg
+#   with scripts/plot-sweep.py.
 # --fsync never: walletd acknowledges before its log is durable (a benchmark-only mode); the
 #   difference to the default shows what the disk costs, the rest is CPU.
 # --perf S: afterwards, profile walletd for S seconds under the transfer load
@@ -243,6 +244,10 @@ if [ -s "$OUT/sweep.csv" ]; then
     echo
     echo "== connections sweep ($OUT/sweep.csv)"
     cat "$OUT/sweep.csv"
+    say "+ scripts/plot-sweep.py $OUT/sweep.csv $OUT/sweep.svg"
+    python3 "$ROOT/scripts/plot-sweep.py" "$OUT/sweep.csv" "$OUT/sweep.svg" \
+        --title "walletd vs bare hyper, $(nproc) cores, $(date -u +%Y-%m-%d), git $(git rev-parse --short HEAD 2>/dev/null || echo '?')" \
+        || echo "(plot-sweep.py failed; the CSV above is complete)"
 fi
 echo
 echo "== commands ($OUT/commands.txt)"
