@@ -68,7 +68,9 @@ pub struct LoadArgs {
     #[arg(long, default_value_t = 100)]
     pub wallets: usize,
     /// Weighted operations: deposit, withdraw, transfer, hold (place, then capture or release),
-    /// balance.
+    /// balance, payment (a customer pays the run's merchant: initiate, then confirm; one in 4
+    /// completed payments is then partly refunded by the merchant). With payments the setup
+    /// creates a merchant business, its employee and its YER wallet, audited like the others.
     #[arg(long, default_value = "deposit=40,transfer=40,withdraw=10,hold=10", value_parser = Mix::parse)]
     pub mix: Mix,
     /// RNG seed (random if absent; always printed).
@@ -108,6 +110,20 @@ pub struct LoadArgs {
     /// Connections used for registration, funding and the audit read-back.
     #[arg(long, default_value_t = 8)]
     pub setup_connections: usize,
+    /// Recovery drills: when requests fail with connection errors (the server was killed), stop
+    /// issuing load (requests in flight count as unknown outcomes), wait up to SECONDS for
+    /// GET /v1/health on the same URL to answer 200 again, log in again where a 401 says so,
+    /// and run the audit against the restarted server. The exit code is the audit's.
+    #[arg(long, value_name = "SECONDS", value_parser = parse_seconds)]
+    pub survive_restart: Option<f64>,
+}
+
+fn parse_seconds(text: &str) -> Result<f64, String> {
+    text.trim()
+        .parse::<f64>()
+        .ok()
+        .filter(|s| s.is_finite() && *s > 0.0 && *s <= 86_400.0)
+        .ok_or_else(|| format!("{text:?} is not a number of seconds (above 0, at most 86400)"))
 }
 
 fn parse_amount(text: &str) -> Result<i64, String> {

@@ -11,15 +11,22 @@ pub enum Op {
     /// Place a hold, then capture or release it (two requests).
     Hold,
     Balance,
+    /// A customer pays the run's merchant: initiate, then confirm; one completed payment in
+    /// [`REFUND_ONE_IN`] is then partly refunded by the merchant (two or three requests).
+    Payment,
 }
 
+/// One completed payment in this many is partly refunded.
+pub const REFUND_ONE_IN: u64 = 4;
+
 impl Op {
-    pub const ALL: [Op; 5] = [
+    pub const ALL: [Op; 6] = [
         Op::Deposit,
         Op::Withdraw,
         Op::Transfer,
         Op::Hold,
         Op::Balance,
+        Op::Payment,
     ];
 
     pub fn name(self) -> &'static str {
@@ -29,6 +36,7 @@ impl Op {
             Op::Transfer => "transfer",
             Op::Hold => "hold",
             Op::Balance => "balance",
+            Op::Payment => "payment",
         }
     }
 
@@ -47,10 +55,13 @@ pub enum Kind {
     HoldCapture,
     HoldRelease,
     Balance,
+    PaymentInitiate,
+    PaymentConfirm,
+    PaymentRefund,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 7] = [
+    pub const ALL: [Kind; 10] = [
         Kind::Deposit,
         Kind::Withdraw,
         Kind::Transfer,
@@ -58,6 +69,9 @@ impl Kind {
         Kind::HoldCapture,
         Kind::HoldRelease,
         Kind::Balance,
+        Kind::PaymentInitiate,
+        Kind::PaymentConfirm,
+        Kind::PaymentRefund,
     ];
     pub const COUNT: usize = Kind::ALL.len();
 
@@ -70,6 +84,9 @@ impl Kind {
             Kind::HoldCapture => "hold_capture",
             Kind::HoldRelease => "hold_release",
             Kind::Balance => "balance",
+            Kind::PaymentInitiate => "payment_initiate",
+            Kind::PaymentConfirm => "payment_confirm",
+            Kind::PaymentRefund => "payment_refund",
         }
     }
 
@@ -78,7 +95,8 @@ impl Kind {
     }
 }
 
-/// Weighted operations, e.g. `deposit=40,transfer=40,withdraw=10,hold=10`.
+/// Weighted operations, e.g. `deposit=40,transfer=40,withdraw=10,hold=10` or
+/// `deposit=40,transfer=40,payment=20`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Mix {
     weights: Vec<(Op, u32)>,
@@ -91,7 +109,9 @@ impl Mix {
         for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
             let (name, weight) = part.split_once('=').unwrap_or((part, "1"));
             let op = Op::parse(name.trim()).ok_or_else(|| {
-                format!("unknown operation {name:?} (deposit, withdraw, transfer, hold, balance)")
+                format!(
+                    "unknown operation {name:?} (deposit, withdraw, transfer, hold, balance, payment)"
+                )
             })?;
             let weight: u32 = weight
                 .trim()
@@ -201,6 +221,29 @@ mod tests {
         assert!(Mix::parse("nope=1").is_err());
         assert!(Mix::parse("deposit=1,deposit=2").is_err());
         assert_eq!(Mix::parse("transfer").unwrap().to_string(), "transfer=1");
+    }
+
+    #[test]
+    fn payments_parse_into_the_mix() {
+        let mix = Mix::parse("deposit=40, transfer=40, payment=20").unwrap();
+        assert!(mix.has(Op::Payment));
+        assert!(!mix.has(Op::Hold));
+        assert_eq!(mix.to_string(), "deposit=40,transfer=40,payment=20");
+        let mut rng = Rng::new(11);
+        let payments = (0..50_000)
+            .filter(|_| mix.pick(&mut rng) == Op::Payment)
+            .count();
+        assert!((9_000..11_000).contains(&payments), "{payments}");
+        assert_eq!(Mix::parse("payment").unwrap().to_string(), "payment=1");
+        assert!(!Mix::parse("payment=0,deposit=1").unwrap().has(Op::Payment));
+        assert!(Mix::parse("payment=1,payment=1").is_err());
+        assert!(Mix::parse("payments=1").is_err());
+        assert!(Mix::parse("payment=-1").is_err());
+        // Every kind has its own name in the report.
+        let names: std::collections::HashSet<_> = Kind::ALL.iter().map(|k| k.name()).collect();
+        assert_eq!(names.len(), Kind::COUNT);
+        assert!(names.contains("payment_initiate") && names.contains("payment_refund"));
+        assert!(Kind::ALL.iter().enumerate().all(|(i, k)| k.index() == i));
     }
 
     #[test]

@@ -23,9 +23,10 @@
 //! - [`args`]: the command line.
 //! - [`mix`]: operations, the weighted mix and the seeded RNG.
 //! - [`client`]: the raw and hyper HTTP/1.1 client connections.
-//! - [`setup`]: admin login, customer registration and funding.
+//! - [`setup`]: admin login, customer registration and funding, the merchant of payments.
 //! - [`run`]: the timed request loops.
-//! - [`audit`]: the ledger model and the read-back comparison.
+//! - [`audit`]: the ledger model (payments and refunds included) and the read-back comparison.
+//! - [`drill`]: `--survive-restart`: outliving a SIGKILLed and restarted server, then auditing it.
 //! - [`metrics`]: walletd's WAL counters (group commits, records per fsync) over the window.
 //! - [`report`]: histograms, the live progress line, the final table, JSON and CSV.
 //! - [`baseline`]: the bare hyper server.
@@ -34,6 +35,7 @@ pub mod args;
 pub mod audit;
 pub mod baseline;
 pub mod client;
+pub mod drill;
 pub mod metrics;
 pub mod mix;
 pub mod report;

@@ -241,8 +241,11 @@ pub struct Summary {
     pub audit: Option<AuditReport>,
     /// CPU used in the measured window, from /proc (100 Hz ticks: read it over seconds).
     pub cpu: Cpu,
-    /// walletd's WAL over the measured window (from its /metrics; walletd target only).
+    /// walletd's WAL over the measured window (from its /metrics; walletd target only; absent
+    /// when the server restarted in between).
     pub wal: Option<super::metrics::WalSummary>,
+    /// With `--survive-restart`: whether a restart was observed, and when.
+    pub restart: Option<super::drill::RestartReport>,
 }
 
 /// CPU time of the load generator and (with `--server-pid`) the server over the measured window.
@@ -364,6 +367,7 @@ pub fn summarize(
         audit,
         cpu: Cpu::default(),
         wal: None,
+        restart: None,
     }
 }
 
@@ -386,13 +390,13 @@ pub fn print_table(summary: &Summary, out: &mut dyn std::io::Write) -> std::io::
     )?;
     writeln!(
         out,
-        "{:<14} {:>9} {:>10} {:>9} {:>9} {:>9} {:>9} {:>9}",
+        "{:<16} {:>9} {:>10} {:>9} {:>9} {:>9} {:>9} {:>9}",
         "request", "count", "req/s", "p50 ms", "p90 ms", "p99 ms", "p99.9 ms", "max ms"
     )?;
     let row = |out: &mut dyn std::io::Write, name: &str, s: &KindSummary| {
         writeln!(
             out,
-            "{:<14} {:>9} {:>10.1} {:>9.3} {:>9.3} {:>9.3} {:>9.3} {:>9.3}",
+            "{:<16} {:>9} {:>10.1} {:>9.3} {:>9.3} {:>9.3} {:>9.3} {:>9.3}",
             name,
             s.requests,
             s.rps,
@@ -436,7 +440,7 @@ pub fn print_table(summary: &Summary, out: &mut dyn std::io::Write) -> std::io::
         for s in &summary.non_2xx {
             writeln!(
                 out,
-                "  {:<14} {} {:<28} {:>9}",
+                "  {:<16} {} {:<28} {:>9}",
                 s.kind, s.status, s.code, s.count
             )?;
         }
@@ -446,7 +450,7 @@ pub fn print_table(summary: &Summary, out: &mut dyn std::io::Write) -> std::io::
     } else {
         writeln!(out, "transport errors (no answer):")?;
         for s in &summary.transport_errors {
-            writeln!(out, "  {:<14} {:<32} {:>9}", s.kind, s.error, s.count)?;
+            writeln!(out, "  {:<16} {:<32} {:>9}", s.kind, s.error, s.count)?;
         }
     }
     if summary.unknown.is_empty() {
@@ -459,9 +463,39 @@ pub fn print_table(summary: &Summary, out: &mut dyn std::io::Write) -> std::io::
         for s in &summary.unknown {
             writeln!(
                 out,
-                "  {:<14} {:>9} requests, {} YER",
+                "  {:<16} {:>9} requests, {} YER",
                 s.kind, s.count, s.amount
             )?;
+        }
+    }
+    if let Some(restart) = &summary.restart {
+        match (restart.observed, restart.load_stopped_at_s) {
+            (true, stopped) => writeln!(
+                out,
+                "restart: observed: {}; the server answered /v1/health again {}; {} failed health probes, WAL counters {}, {} re-logins",
+                stopped.map_or("the read-back lost the server".into(), |s| format!(
+                    "connection errors stopped the load at {s:.2} s"
+                )),
+                restart
+                    .back_after_s
+                    .map_or("-".into(), |s| format!("{s:.2} s later")),
+                restart.failed_health_probes,
+                match restart.wal_counters_reset {
+                    Some(true) => "started over",
+                    Some(false) => "kept counting",
+                    None => "unread",
+                },
+                restart.relogins,
+            )?,
+            (false, Some(stopped)) => writeln!(
+                out,
+                "restart: none observed, but connection errors stopped the load at {stopped:.2} s (the server answered at once)"
+            )?,
+            (false, None) => writeln!(
+                out,
+                "restart: none observed (--survive-restart {} s)",
+                restart.survive_restart_s
+            )?,
         }
     }
     match &summary.audit {

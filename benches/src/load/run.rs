@@ -1,20 +1,23 @@
 //! The run: setup (or baseline stand-ins), `--connections` closed-loop request loops for the
-//! warm-up plus `--duration`, then the audit read-back and the report.
+//! warm-up plus `--duration` (or until the server goes away, with `--survive-restart`), then the
+//! audit read-back and the report.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde::Deserialize;
+use serde_json::value::RawValue;
 
 use super::args::{ClientKind, LoadArgs};
-use super::audit::{self, Effect, Model};
-use super::cents_text;
+use super::audit::{self, Balance, Effect, Model};
 use super::client::{connect, Conn, Request, Response, Target};
+use super::drill::{self, RestartReport};
 use super::metrics;
-use super::mix::{Kind, Mix, Op, Rng};
+use super::mix::{Kind, Mix, Op, Rng, REFUND_ONE_IN};
 use super::report::{self, Header, Live, Stats};
-use super::setup::{self, error_code, Setup, Wallet};
+use super::setup::{self, error_code, Caller, Setup, Wallet};
+use super::{cents_text, parse_cents};
 
 /// Runs the load described by `args`; returns the process exit code (0 ok, 1 audit failed,
 /// 2 the run could not be done).
@@ -66,9 +69,52 @@ struct Shared {
     idempotency: bool,
     admin: Arc<str>,
     wallets: Vec<Wallet>,
+    /// The merchant payments go to (mixes with payments).
+    merchant: Option<MerchantTarget>,
+    started: Instant,
     measure_from: Instant,
     deadline: Instant,
     live: Arc<Live>,
+    /// `--survive-restart`: a connection error stops the load.
+    survive: bool,
+    /// Set by the first connection error under `--survive-restart`: issue nothing more.
+    stop: AtomicBool,
+    /// Microseconds from `started` to that error (+1, so 0 means "not yet").
+    stopped_at_us: AtomicU64,
+}
+
+/// What a payment needs of the merchant.
+#[derive(Clone)]
+struct MerchantTarget {
+    business_id: u64,
+    /// The merchant wallet's index in the audit model (after the customers').
+    index: usize,
+    token: Arc<str>,
+}
+
+impl Shared {
+    fn stopping(&self) -> bool {
+        self.stop.load(Ordering::Relaxed)
+    }
+
+    /// A connection error under `--survive-restart`: stop the load (the first one says when).
+    fn connection_lost(&self) {
+        if self.survive && !self.stop.swap(true, Ordering::SeqCst) {
+            let micros = self.started.elapsed().as_micros() as u64;
+            self.stopped_at_us.store(micros + 1, Ordering::SeqCst);
+            eprintln!(
+                "walletd-load: connection error at {:.2} s: stopping the load (requests in flight count as unknown)",
+                micros as f64 / 1e6
+            );
+        }
+    }
+
+    fn stopped_at_s(&self) -> Option<f64> {
+        match self.stopped_at_us.load(Ordering::SeqCst) {
+            0 => None,
+            micros => Some((micros - 1) as f64 / 1e6),
+        }
+    }
 }
 
 async fn run(args: LoadArgs, seed: u64) -> Result<i32, String> {
@@ -84,11 +130,25 @@ async fn run(args: LoadArgs, seed: u64) -> Result<i32, String> {
     if args.mix.has(Op::Transfer) && args.wallets < 2 {
         return Err("transfers need --wallets 2 or more".into());
     }
+    if baseline && args.mix.has(Op::Payment) {
+        return Err("payments need walletd: the baseline cannot initiate or confirm them".into());
+    }
+    if baseline && args.survive_restart.is_some() {
+        return Err("--survive-restart drills walletd, not the baseline".into());
+    }
     let nonce = random_seed();
-    let setup = if baseline {
+    let mut setup = if baseline {
         Setup::baseline(args.wallets.max(2), nonce)
     } else {
         setup::prepare(&args, &target, seed, nonce, setup_timeout).await?
+    };
+    let survive = args.survive_restart.map(Duration::from_secs_f64);
+    // A restarted walletd counts its WAL records from zero: remember where this one stands.
+    let records_before = match survive {
+        Some(_) => metrics::scrape(args.client, &target, setup_timeout)
+            .await
+            .map(|c| c.records),
+        None => None,
     };
 
     let live = Arc::new(Live::new());
@@ -105,9 +165,18 @@ async fn run(args: LoadArgs, seed: u64) -> Result<i32, String> {
         idempotency: args.idempotency,
         admin: setup.admin.clone(),
         wallets: setup.wallets.clone(),
+        merchant: setup.merchant.as_ref().map(|m| MerchantTarget {
+            business_id: m.business_id,
+            index: setup.wallets.len(),
+            token: m.token.clone(),
+        }),
+        started,
         measure_from,
         deadline,
         live: live.clone(),
+        survive: survive.is_some(),
+        stop: AtomicBool::new(false),
+        stopped_at_us: AtomicU64::new(0),
     });
     let progress = tokio::spawn(report::progress(
         live.clone(),
@@ -131,11 +200,22 @@ async fn run(args: LoadArgs, seed: u64) -> Result<i32, String> {
             metrics::scrape(client, &target, setup_timeout).await
         })
     });
+    eprintln!(
+        "load: started {} connections for {:.1} s warm-up + {:.1} s{}",
+        args.connections,
+        args.warmup.max(0.0),
+        args.duration.max(0.0),
+        match args.survive_restart {
+            Some(seconds) => format!(", surviving a server restart (up to {seconds} s)"),
+            None => String::new(),
+        }
+    );
     let loops: Vec<_> = (0..args.connections)
         .map(|index| tokio::spawn(connection_loop(shared.clone(), index)))
         .collect();
     let mut stats = Stats::new();
-    let mut model = Model::new(setup.wallets.len());
+    let audited = setup.audited().len();
+    let mut model = Model::new(audited);
     for handle in loops {
         let (their_stats, their_model) = handle
             .await
@@ -145,6 +225,26 @@ async fn run(args: LoadArgs, seed: u64) -> Result<i32, String> {
     }
     let ended = Instant::now();
     progress.abort();
+    let mut restart = survive.map(|within| RestartReport {
+        survive_restart_s: within.as_secs_f64(),
+        load_stopped_at_s: shared.stopped_at_s(),
+        ..RestartReport::default()
+    });
+    if let (Some(within), Some(report)) = (survive, restart.as_mut()) {
+        if shared.stopping() {
+            eprintln!(
+                "walletd-load: waiting up to {:.0} s for {url}/v1/health to answer 200",
+                within.as_secs_f64()
+            );
+            let comeback = drill::wait_healthy(args.client, &target, within).await?;
+            eprintln!(
+                "walletd-load: the server answered again after {:.2} s ({} failed probes)",
+                comeback.waited.as_secs_f64(),
+                comeback.failed_probes
+            );
+            report.came_back(comeback);
+        }
+    }
     let seconds = ended.saturating_duration_since(measure_from).as_secs_f64();
     let cpu_end = (
         report::cpu_seconds(None),
@@ -155,8 +255,12 @@ async fn run(args: LoadArgs, seed: u64) -> Result<i32, String> {
         Some(started) => {
             let before = started.await.ok().flatten();
             let after = metrics::scrape(args.client, &target, setup_timeout).await;
+            if let Some(report) = restart.as_mut() {
+                report.counters(records_before, after.map(|c| c.records));
+            }
             before
                 .zip(after)
+                .filter(|(before, after)| after.records >= before.records)
                 .map(|(before, after)| metrics::WalSummary::between(before, after, seconds))
         }
         None => None,
@@ -165,17 +269,8 @@ async fn run(args: LoadArgs, seed: u64) -> Result<i32, String> {
     let audit = if baseline {
         None
     } else {
-        let ids: Vec<u64> = setup.wallets.iter().map(|w| w.id).collect();
-        let actual = setup::read_balances(
-            args.client,
-            &target,
-            &setup.admin,
-            &ids,
-            args.setup_connections,
-            setup_timeout,
-        )
-        .await
-        .map_err(|e| format!("audit: {e}"))?;
+        let actual = read_back(&args, &target, &mut setup, setup_timeout, restart.as_mut()).await?;
+        let ids: Vec<u64> = setup.audited().iter().map(|(id, _)| *id).collect();
         Some(audit::check(&ids, &setup.base, &model, &actual))
     };
     let mut summary = report::summarize(
@@ -198,6 +293,7 @@ async fn run(args: LoadArgs, seed: u64) -> Result<i32, String> {
         audit,
     );
     summary.wal = wal;
+    summary.restart = restart;
     let answered = summary.total.requests.max(1) as f64;
     if let (Some(before), Some(after)) = (cpu_start.0, cpu_end.0) {
         summary.cpu.client_cores = Some((after - before) / seconds.max(1e-9));
@@ -221,7 +317,8 @@ async fn run(args: LoadArgs, seed: u64) -> Result<i32, String> {
         report::append_csv(path, &summary)
             .map_err(|e| format!("append to {}: {e}", path.display()))?;
     }
-    if summary.total.requests == 0 {
+    // In a drill the server may be killed before the measured window starts; the audit decides.
+    if summary.total.requests == 0 && !shared.stopping() {
         eprintln!("walletd-load: no request was answered in the measured window");
         return Ok(2);
     }
@@ -229,6 +326,62 @@ async fn run(args: LoadArgs, seed: u64) -> Result<i32, String> {
         Some(audit) if !audit.ok => 1,
         _ => 0,
     })
+}
+
+/// Reads back every audited wallet. A 401 (a restarted server that no longer takes a token)
+/// logs the admin and the merchant's employee in again; with `--survive-restart`, a server that
+/// does not answer is waited for. Either is retried a few times.
+async fn read_back(
+    args: &LoadArgs,
+    target: &Target,
+    setup: &mut Setup,
+    timeout: Duration,
+    mut restart: Option<&mut RestartReport>,
+) -> Result<Vec<Balance>, String> {
+    let mut retries = 0;
+    loop {
+        let failure = match setup::read_balances(
+            args.client,
+            target,
+            &setup.audited(),
+            args.setup_connections,
+            timeout,
+        )
+        .await
+        {
+            Ok(balances) => return Ok(balances),
+            Err(failure) => failure,
+        };
+        retries += 1;
+        if retries > 3 {
+            return Err(format!("audit: {}", failure.message));
+        }
+        if failure.unauthorized {
+            eprintln!("walletd-load: audit read-back answered 401: logging in again");
+            let mut caller = Caller::new(args.client, target.clone(), timeout);
+            setup.admin = setup::login_admin(args, &mut caller).await?;
+            if let Some(merchant) = setup.merchant.as_mut() {
+                merchant.token = setup::login_merchant(merchant, &mut caller).await?;
+            }
+            if let Some(report) = restart.as_deref_mut() {
+                report.relogins += 1;
+            }
+        } else if let (true, Some(report), Some(seconds)) = (
+            failure.no_answer,
+            restart.as_deref_mut(),
+            args.survive_restart,
+        ) {
+            eprintln!(
+                "walletd-load: audit read-back got no answer ({}): waiting up to {seconds:.0} s for the server",
+                failure.message
+            );
+            let comeback =
+                drill::wait_healthy(args.client, target, Duration::from_secs_f64(seconds)).await?;
+            report.came_back(comeback);
+        } else {
+            return Err(format!("audit: {}", failure.message));
+        }
+    }
 }
 
 /// The outcome of one request.
@@ -271,7 +424,7 @@ async fn connection_loop(shared: Arc<Shared>, index: usize) -> (Stats, Model) {
         sequence: 0,
         stats: Stats::new(),
     };
-    while Instant::now() < worker.shared.deadline {
+    while Instant::now() < worker.shared.deadline && !worker.shared.stopping() {
         let op = worker.shared.mix.pick(&mut rng);
         worker.step(op, &mut rng).await;
     }
@@ -286,6 +439,35 @@ struct HoldAnswer {
 #[derive(Deserialize)]
 struct HoldData {
     uuid: String,
+}
+
+#[derive(Deserialize)]
+struct PaymentAnswer {
+    data: PaymentData,
+}
+
+#[derive(Deserialize)]
+struct PaymentData {
+    transaction_id: String,
+    net_amount: Option<Box<RawValue>>,
+}
+
+/// A payment answer's `transaction_id` (checked to be a UUID-like path segment) and exact
+/// `net_amount` in cents (`None` when absent or not an exact amount).
+fn parse_payment(body: &[u8]) -> Option<(String, Option<i64>)> {
+    let answer: PaymentAnswer = serde_json::from_slice(body).ok()?;
+    let id = answer.data.transaction_id;
+    let uuid_like =
+        (1..=64).contains(&id.len()) && id.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-');
+    if !uuid_like {
+        return None;
+    }
+    let net = answer
+        .data
+        .net_amount
+        .and_then(|raw| parse_cents(raw.get()))
+        .filter(|cents| *cents >= 0);
+    Some((id, net))
 }
 
 impl Worker {
@@ -351,11 +533,7 @@ impl Worker {
                     return;
                 };
                 let Ok(hold) = serde_json::from_slice::<HoldAnswer>(&placed.body) else {
-                    *self
-                        .stats
-                        .transport
-                        .entry((Kind::HoldPlace, "answer without data.uuid".into()))
-                        .or_default() += 1;
+                    self.odd_answer(Kind::HoldPlace, "answer without data.uuid");
                     return;
                 };
                 let (kind, verb) = if capture {
@@ -378,7 +556,81 @@ impl Worker {
                 );
                 let _ = self.exchange(Kind::Balance, &request).await;
             }
+            Op::Payment => {
+                // Every draw first, so the stream of choices does not depend on the answers.
+                let cents = rng.between(100, 5_000);
+                let refund = rng.below(REFUND_ONE_IN) == 0;
+                let refund_pick = rng.next_u64();
+                self.payment(pick, cents, refund.then_some(refund_pick))
+                    .await;
+            }
         }
+    }
+
+    /// A customer (`payer`) pays the merchant `cents`: initiate, confirm, and with
+    /// `refund_pick` a partial refund by the merchant.
+    async fn payment(&mut self, payer: usize, cents: i64, refund_pick: Option<u64>) {
+        let Some(merchant) = self.shared.merchant.clone() else {
+            return;
+        };
+        let request = self.write(
+            "/v1/payments/initiate".into(),
+            self.token(payer),
+            format!(
+                r#"{{"merchant_id":{},"wallet_id":{},"amount":{},"currency_code":"YER"}}"#,
+                merchant.business_id,
+                self.wallet_id(payer),
+                cents_text(cents)
+            ),
+        );
+        let answer = self.exchange(Kind::PaymentInitiate, &request).await;
+        self.model.initiate_payment(cents, answer.effect());
+        let Answer::Ok(initiated) = answer else {
+            return;
+        };
+        let Some((uuid, initiated_net)) = parse_payment(&initiated.body) else {
+            self.odd_answer(Kind::PaymentInitiate, "answer without data.transaction_id");
+            return;
+        };
+        let request = self.write(
+            format!("/v1/payments/{uuid}/confirm"),
+            self.token(payer),
+            "{}".into(),
+        );
+        let answer = self.exchange(Kind::PaymentConfirm, &request).await;
+        // What the merchant nets: the confirm's own answer when it has one; for an unknown
+        // outcome, the split the initiate answer announced (it is fixed at initiation).
+        let net = match &answer {
+            Answer::Ok(confirmed) => {
+                let net = parse_payment(&confirmed.body).and_then(|(_, net)| net);
+                if net.is_none() {
+                    self.odd_answer(Kind::PaymentConfirm, "answer without data.net_amount");
+                }
+                net
+            }
+            _ => initiated_net,
+        };
+        self.model
+            .confirm_payment(payer, merchant.index, cents, net, answer.effect());
+        let (Answer::Ok(_), Some(pick), Some(net)) = (&answer, refund_pick, net) else {
+            return;
+        };
+        let Some(refund) = audit::partial_refund(cents, net, pick) else {
+            return;
+        };
+        let request = self.write(
+            format!("/v1/payments/{uuid}/refund"),
+            merchant.token.clone(),
+            format!(r#"{{"amount":{}}}"#, cents_text(refund)),
+        );
+        let answer = self.exchange(Kind::PaymentRefund, &request).await;
+        self.model
+            .refund_payment(payer, merchant.index, refund, answer.effect());
+    }
+
+    /// A 2xx answer the run cannot use (counted with the transport errors).
+    fn odd_answer(&mut self, kind: Kind, what: &str) {
+        *self.stats.transport.entry((kind, what.into())).or_default() += 1;
     }
 
     fn wallet_id(&self, index: usize) -> u64 {
@@ -407,7 +659,9 @@ impl Worker {
 
     /// Sends `request` (reconnecting as needed), records its latency and status, and says what
     /// its answer implies. With an Idempotency-Key a request that got no answer is sent again
-    /// (up to 3 tries), so the replayed answer settles its outcome.
+    /// (up to 3 tries), so the replayed answer settles its outcome. Under `--survive-restart`,
+    /// once the load is stopping nothing more is sent: a request already sent is unknown, one
+    /// not sent had no effect.
     async fn exchange(&mut self, kind: Kind, request: &Request) -> Answer {
         let tries = if request.idempotency_key.is_some() {
             3
@@ -416,11 +670,17 @@ impl Worker {
         };
         let mut sent = false;
         for attempt in 0..tries {
+            if self.shared.stopping() {
+                break;
+            }
             if self.conn.is_none() {
                 match connect(self.shared.client, &self.shared.target, self.shared.timeout).await {
                     Ok(conn) => self.conn = Some(conn),
                     Err(error) => {
                         self.transport_error(kind, format!("connect: {}", error.kind()));
+                        if error.kind() != std::io::ErrorKind::TimedOut {
+                            self.shared.connection_lost();
+                        }
                         tokio::time::sleep(Duration::from_millis(50)).await;
                         continue;
                     }
@@ -443,6 +703,9 @@ impl Worker {
                 Ok(Err(error)) => {
                     self.conn = None;
                     self.transport_error(kind, format!("{}", error.kind()));
+                    if drill::is_connection_error(error.kind()) {
+                        self.shared.connection_lost();
+                    }
                     continue;
                 }
                 Err(_) => {

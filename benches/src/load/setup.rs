@@ -1,6 +1,7 @@
 //! The setup phase: log in the platform admin, register customers (each gets a primary YER
-//! wallet and a token), fund every wallet, and read the balances back as the audit's start.
-//! Also the read-back the audit uses at the end.
+//! wallet and a token), fund every wallet, create the merchant when the mix has payments, and
+//! read the balances back as the audit's start. Also the read-back the audit uses at the end,
+//! and the logins it repeats when a restarted server answers 401.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,7 +12,7 @@ use serde_json::value::RawValue;
 use super::args::{ClientKind, LoadArgs};
 use super::audit::Balance;
 use super::client::{connect, Conn, Request, Response, Target};
-use super::mix::Rng;
+use super::mix::{Op, Rng};
 use super::{cents_text, parse_cents};
 
 /// A customer's wallet and the customer's token.
@@ -21,11 +22,24 @@ pub struct Wallet {
     pub token: Arc<str>,
 }
 
+/// The run's merchant (mixes with payments): a business with `is_merchant: true`, one employee
+/// of it with the roles operator, finance, merchant and merchant_finance, and its YER wallet.
+#[derive(Clone, Debug)]
+pub struct Merchant {
+    pub business_id: u64,
+    pub wallet_id: u64,
+    pub email: String,
+    pub password: String,
+    /// The employee's token: creates the wallet, refunds payments, reads the wallet back.
+    pub token: Arc<str>,
+}
+
 /// What the run needs from the setup.
 pub struct Setup {
     pub admin: Arc<str>,
     pub wallets: Vec<Wallet>,
-    /// Balances after funding, in the order of `wallets`.
+    pub merchant: Option<Merchant>,
+    /// Balances after funding, in the order of [`Setup::audited`].
     pub base: Vec<Balance>,
     /// Distinguishes this run's phones and idempotency keys from earlier runs'.
     pub nonce: u64,
@@ -43,9 +57,26 @@ impl Setup {
                     token: token.clone(),
                 })
                 .collect(),
+            merchant: None,
             base: Vec::new(),
             nonce,
         }
+    }
+
+    /// The wallets the audit reads, each with the token that may read it: the customers' (with
+    /// the platform admin's token) in order, then the merchant's (with its employee's token, as
+    /// the platform admin may not read another business's wallet). The merchant's index in the
+    /// audit model is therefore `wallets.len()`.
+    pub fn audited(&self) -> Vec<(u64, Arc<str>)> {
+        let mut audited: Vec<(u64, Arc<str>)> = self
+            .wallets
+            .iter()
+            .map(|w| (w.id, self.admin.clone()))
+            .collect();
+        if let Some(merchant) = &self.merchant {
+            audited.push((merchant.wallet_id, merchant.token.clone()));
+        }
+        audited
     }
 }
 
@@ -71,6 +102,11 @@ struct WalletData {
 }
 
 #[derive(Deserialize)]
+struct Created {
+    id: u64,
+}
+
+#[derive(Deserialize)]
 struct BalanceData<'a> {
     #[serde(borrow)]
     balance: &'a RawValue,
@@ -83,6 +119,8 @@ struct BalanceData<'a> {
 #[derive(Deserialize)]
 struct ErrorBody {
     error: Option<ErrorDetail>,
+    /// The payment envelope of a refused payment request carries the code in `data`.
+    data: Option<PaymentRefusal>,
 }
 
 #[derive(Deserialize)]
@@ -90,12 +128,21 @@ struct ErrorDetail {
     code: String,
 }
 
-/// The `error.code` of an error answer, or `-`.
+#[derive(Deserialize)]
+struct PaymentRefusal {
+    error_code: Option<String>,
+}
+
+/// The `error.code` of an error answer (`data.error_code` of a refused payment), or `-`.
 pub fn error_code(body: &[u8]) -> String {
-    serde_json::from_slice::<ErrorBody>(body)
-        .ok()
-        .and_then(|b| b.error)
-        .map_or_else(|| "-".into(), |e| e.code)
+    let Ok(body) = serde_json::from_slice::<ErrorBody>(body) else {
+        return "-".into();
+    };
+    body.error
+        .map(|e| e.code)
+        .or_else(|| body.data.and_then(|d| d.error_code))
+        .filter(|code| !code.is_empty())
+        .unwrap_or_else(|| "-".into())
 }
 
 /// Parses a balance answer.
@@ -187,7 +234,143 @@ fn unexpected(what: &str, response: &Response) -> String {
     )
 }
 
-/// Logs in the admin, registers and funds `args.wallets` customers, reads their balances.
+/// Logs in an employee; returns the token.
+async fn login_employee(
+    caller: &mut Caller,
+    business_id: u64,
+    email: &str,
+    password: &str,
+    who: &str,
+) -> Result<Arc<str>, String> {
+    let login = Request::post(
+        "/v1/auth/employee/login".into(),
+        None,
+        serde_json::json!({"business_id": business_id, "email": email, "password": password})
+            .to_string(),
+    );
+    let response = caller.call(&login).await?;
+    if response.status != 200 {
+        return Err(unexpected(&format!("log in {who}"), &response));
+    }
+    Ok(
+        serde_json::from_slice::<Envelope<TokenData>>(&response.body)
+            .map_err(|e| format!("log in {who}: unexpected answer: {e}"))?
+            .data
+            .token
+            .into(),
+    )
+}
+
+/// Logs in the platform admin (business 1) with `--admin-email` and the admin password.
+pub async fn login_admin(args: &LoadArgs, caller: &mut Caller) -> Result<Arc<str>, String> {
+    let password = args.admin_password.clone().ok_or(
+        "no admin password: set WALLETD_ADMIN_PASSWORD (the one walletd was started with) or pass --admin-password",
+    )?;
+    login_employee(
+        caller,
+        1,
+        &args.admin_email,
+        &password,
+        "the platform admin",
+    )
+    .await
+}
+
+/// Logs the merchant's employee in again (a restarted server that answers 401).
+pub async fn login_merchant(merchant: &Merchant, caller: &mut Caller) -> Result<Arc<str>, String> {
+    login_employee(
+        caller,
+        merchant.business_id,
+        &merchant.email,
+        &merchant.password,
+        "the merchant's employee",
+    )
+    .await
+}
+
+/// A POST that must answer 201 `{data: {id}}`; returns the id.
+async fn create(
+    caller: &mut Caller,
+    what: &str,
+    path: &str,
+    token: &Arc<str>,
+    body: serde_json::Value,
+) -> Result<u64, String> {
+    let response = caller
+        .call(&Request::post(
+            path.into(),
+            Some(token.clone()),
+            body.to_string(),
+        ))
+        .await?;
+    if response.status != 201 {
+        return Err(unexpected(what, &response));
+    }
+    Ok(serde_json::from_slice::<Envelope<Created>>(&response.body)
+        .map_err(|e| format!("{what}: unexpected answer: {e}"))?
+        .data
+        .id)
+}
+
+/// Creates the run's merchant through the platform admin: the business, its employee (roles
+/// operator, finance, merchant, merchant_finance), the employee's login, the YER wallet.
+pub async fn prepare_merchant(
+    caller: &mut Caller,
+    admin: &Arc<str>,
+    nonce: u64,
+) -> Result<Merchant, String> {
+    let business_id = create(
+        caller,
+        "create the merchant business",
+        "/v1/admin/businesses",
+        admin,
+        serde_json::json!({"name": format!("walletd-load merchant {nonce:x}"), "is_merchant": true}),
+    )
+    .await?;
+    let email = format!("load-{nonce:x}@merchant.example");
+    let password = format!("merchant-password-{nonce:x}");
+    create(
+        caller,
+        "create the merchant's employee",
+        "/v1/admin/employees",
+        admin,
+        serde_json::json!({
+            "business_id": business_id,
+            "name": format!("load merchant {nonce:x}"),
+            "email": email,
+            "password": password,
+            "roles": ["operator", "finance", "merchant", "merchant_finance"],
+        }),
+    )
+    .await?;
+    let token = login_employee(
+        caller,
+        business_id,
+        &email,
+        &password,
+        "the merchant's employee",
+    )
+    .await?;
+    let wallet_id = create(
+        caller,
+        "create the merchant's YER wallet",
+        "/v1/merchant-wallets",
+        &token,
+        serde_json::json!({"merchant_id": business_id, "currency_code": "YER"}),
+    )
+    .await?;
+    eprintln!("setup: merchant business {business_id}, its YER wallet {wallet_id}");
+    Ok(Merchant {
+        business_id,
+        wallet_id,
+        email,
+        password,
+        token,
+    })
+}
+
+/// Logs in the admin, registers and funds `args.wallets` customers, creates the merchant (mixes
+/// with payments), reads their balances.
 pub async fn prepare(
     args: &LoadArgs,
     target: &Target,
@@ -195,28 +378,16 @@ pub async fn prepare(
     nonce: u64,
     timeout: Duration,
 ) -> Result<Setup, String> {
-    let password = args.admin_password.clone().ok_or(
-        "no admin password: set WALLETD_ADMIN_PASSWORD (the one walletd was started with) or pass --admin-password",
-    )?;
     if args.wallets < 2 {
         return Err("--wallets must be at least 2 (transfers need two wallets)".into());
     }
     let mut caller = Caller::new(args.client, target.clone(), timeout);
-    let login = Request::post(
-        "/v1/auth/employee/login".into(),
-        None,
-        serde_json::json!({"business_id": 1, "email": args.admin_email, "password": password})
-            .to_string(),
-    );
-    let response = caller.call(&login).await?;
-    if response.status != 200 {
-        return Err(unexpected("log in the platform admin", &response));
-    }
-    let admin: Arc<str> = serde_json::from_slice::<Envelope<TokenData>>(&response.body)
-        .map_err(|e| format!("log in the platform admin: unexpected answer: {e}"))?
-        .data
-        .token
-        .into();
+    let admin = login_admin(args, &mut caller).await?;
+    let merchant = if args.mix.has(Op::Payment) {
+        Some(prepare_merchant(&mut caller, &admin, nonce).await?)
+    } else {
+        None
+    };
 
     let started = std::time::Instant::now();
     let workers = args.setup_connections.clamp(1, args.wallets);
@@ -265,14 +436,17 @@ pub async fn prepare(
         cents_text(args.fund),
         started.elapsed().as_secs_f64()
     );
-    let ids: Vec<u64> = wallets.iter().map(|w| w.id).collect();
-    let base = read_balances(args.client, target, &admin, &ids, workers, timeout).await?;
-    Ok(Setup {
+    let mut setup = Setup {
         admin,
         wallets,
-        base,
+        merchant,
+        base: Vec::new(),
         nonce,
-    })
+    };
+    setup.base = read_balances(args.client, target, &setup.audited(), workers, timeout)
+        .await
+        .map_err(|failure| failure.message)?;
+    Ok(setup)
 }
 
 /// Registers customer `index` with a phone unique to this run; retries a taken phone.
@@ -319,55 +493,77 @@ async fn register(
     Err("register a customer: five phones in a row were taken".into())
 }
 
-/// Reads every wallet's balance with the admin token, `connections` at a time.
+/// Why a read-back failed.
+#[derive(Clone, Debug)]
+pub struct ReadFailure {
+    /// A 401: the token is no longer accepted (log in again and retry).
+    pub unauthorized: bool,
+    /// No answer at all (the server is down or restarting: wait for it and retry).
+    pub no_answer: bool,
+    pub message: String,
+}
+
+impl ReadFailure {
+    fn other(message: String) -> ReadFailure {
+        ReadFailure {
+            unauthorized: false,
+            no_answer: false,
+            message,
+        }
+    }
+}
+
+/// Reads every wallet's balance with the token given beside it, `connections` at a time.
 pub async fn read_balances(
     kind: ClientKind,
     target: &Target,
-    admin: &Arc<str>,
-    ids: &[u64],
+    wallets: &[(u64, Arc<str>)],
     connections: usize,
     timeout: Duration,
-) -> Result<Vec<Balance>, String> {
-    let connections = connections.clamp(1, ids.len().max(1));
+) -> Result<Vec<Balance>, ReadFailure> {
+    let connections = connections.clamp(1, wallets.len().max(1));
     let mut tasks = Vec::with_capacity(connections);
     for worker in 0..connections {
-        let mine: Vec<(usize, u64)> = ids
+        let mine: Vec<(usize, (u64, Arc<str>))> = wallets
             .iter()
-            .copied()
+            .cloned()
             .enumerate()
             .skip(worker)
             .step_by(connections)
             .collect();
         let mut caller = Caller::new(kind, target.clone(), timeout);
-        let admin = admin.clone();
         tasks.push(tokio::spawn(async move {
             let mut read = Vec::with_capacity(mine.len());
-            for (index, id) in mine {
-                let request =
-                    Request::get(format!("/v1/wallets/{id}/balance"), Some(admin.clone()));
-                let response = caller.call(&request).await?;
+            for (index, (id, token)) in mine {
+                let request = Request::get(format!("/v1/wallets/{id}/balance"), Some(token));
+                let response = caller.call(&request).await.map_err(|message| ReadFailure {
+                    unauthorized: false,
+                    no_answer: true,
+                    message,
+                })?;
                 if response.status != 200 {
-                    return Err(unexpected(
-                        &format!("read wallet {id}'s balance"),
-                        &response,
-                    ));
+                    return Err(ReadFailure {
+                        unauthorized: response.status == 401,
+                        no_answer: false,
+                        message: unexpected(&format!("read wallet {id}'s balance"), &response),
+                    });
                 }
                 let balance = parse_balance(&response.body).ok_or_else(|| {
-                    format!(
+                    ReadFailure::other(format!(
                         "read wallet {id}'s balance: unexpected answer {}",
                         String::from_utf8_lossy(&response.body)
-                    )
+                    ))
                 })?;
                 read.push((index, balance));
             }
-            Ok::<_, String>(read)
+            Ok::<_, ReadFailure>(read)
         }));
     }
-    let mut balances = vec![Balance::default(); ids.len()];
+    let mut balances = vec![Balance::default(); wallets.len()];
     for task in tasks {
         for (index, balance) in task
             .await
-            .map_err(|e| format!("a read-back task failed: {e}"))??
+            .map_err(|e| ReadFailure::other(format!("a read-back task failed: {e}")))??
         {
             if let Some(slot) = balances.get_mut(index) {
                 *slot = balance;
@@ -398,5 +594,15 @@ mod tests {
             "insufficient_funds"
         );
         assert_eq!(error_code(b"nope"), "-");
+        assert_eq!(
+            error_code(
+                br#"{"success":false,"data":{"success":false,"status":"refused","error_code":"refund_exceeds_original"}}"#
+            ),
+            "refund_exceeds_original"
+        );
+        assert_eq!(
+            error_code(br#"{"success":true,"data":{"status":"completed","error_code":""}}"#),
+            "-"
+        );
     }
 }
