@@ -3,9 +3,9 @@
 #
 # Builds the release binaries, starts walletd on a fresh data dir (fsync always, rate limits off,
 # a throwaway admin password, WALLETD_LOG=warn) and the bare hyper baseline
-# (`walletd-load baseline-server`), then drives each with walletd-load: deposits only and
-# transfers only, at --connections (64) for --duration (20) seconds each, walletd and baseline
-# interleaved so both see the same machine. Prints a side-by-side table with walletd/baseline
+# (`walletd-load baseline-server`), then drives each with walletd-load: deposits only,
+# transfers only and payments only, at --connections (64) for --duration (20) seconds each,
+# walletd and baseline interleaved so both see the same machine. Prints a side-by-side table with walletd/baseline
 # ratios, each run's ledger audit, and the exact commands. Everything it starts is stopped on
 # exit (trap EXIT).
 #
@@ -125,8 +125,8 @@ wait_address() {
     return 1
 }
 
-say "+ WALLETD_DATA_DIR=$DATA WALLETD_FSYNC=$FSYNC WALLETD_RATE_LIMITS=off WALLETD_ADMIN_PASSWORD=$WALLETD_ADMIN_PASSWORD WALLETD_LOG=warn $WALLETD serve --listen 127.0.0.1:0 &"
-WALLETD_DATA_DIR="$DATA" WALLETD_FSYNC="$FSYNC" WALLETD_RATE_LIMITS=off WALLETD_LOG=warn \
+say "+ WALLETD_DATA_DIR=$DATA WALLETD_FSYNC=$FSYNC WALLETD_RATE_LIMITS=off WALLETD_ADMIN_PASSWORD=$WALLETD_ADMIN_PASSWORD WALLETD_LOG=warn WALLETD_FEE_SCHEDULE=YER:2.5+1 $WALLETD serve --listen 127.0.0.1:0 &"
+WALLETD_DATA_DIR="$DATA" WALLETD_FSYNC="$FSYNC" WALLETD_RATE_LIMITS=off WALLETD_LOG=warn WALLETD_FEE_SCHEDULE=YER:2.5+1 \
     "$WALLETD" serve --listen 127.0.0.1:0 >"$OUT/walletd.out" 2>"$OUT/walletd.err" &
 WALLETD_PID=$!
 PIDS+=("$WALLETD_PID")
@@ -160,16 +160,22 @@ load() {
     fi
 }
 
-MIXES="deposit=100 transfer=100"
+# Payments: each payment is initiate + confirm (and one in 4 a partial refund), every step a
+# request. The bare server cannot hold a payment's state, so its side of that row is the same
+# fixed-JSON requests it answers for deposits: walletd's payment steps per second against the
+# plain request rate of the same machine in the same run.
+MIXES="deposit=100 transfer=100 payment=100"
+SWEEP_MIXES="deposit=100 transfer=100"
+baseline_mix() { case "$1" in payment=*) echo "deposit=100" ;; *) echo "$1" ;; esac; }
 for mix in $MIXES; do
     op="${mix%%=*}"
     load "walletd-$op" walletd "$mix" "$CONNECTIONS" "$DURATION" "$OUT/runs.csv"
-    load "baseline-$op" baseline "$mix" "$CONNECTIONS" "$DURATION" "$OUT/runs.csv"
+    load "baseline-$op" baseline "$(baseline_mix "$mix")" "$CONNECTIONS" "$DURATION" "$OUT/runs.csv"
 done
 
 if [ -n "$SWEEP" ]; then
     for connections in ${SWEEP//,/ }; do
-        for mix in $MIXES; do
+        for mix in $SWEEP_MIXES; do
             op="${mix%%=*}"
             load "sweep-walletd-$op-c$connections" walletd "$mix" "$connections" "$SWEEP_DURATION" "$OUT/sweep.csv"
             load "sweep-baseline-$op-c$connections" baseline "$mix" "$connections" "$SWEEP_DURATION" "$OUT/sweep.csv"
