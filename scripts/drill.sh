@@ -2,41 +2,37 @@
 # Recovery drill: SIGKILL walletd under load, restart it, and check that nothing acknowledged
 # was lost and nothing was half-done.
 #
-# Builds the release binaries, then repeats --runs times: start walletd on a fresh data dir under
-# target/drill (a real filesystem, not tmpfs; fsync always, rate limits off, a fee schedule, 2
-# shards) on a free loopback port; start walletd-load against it with a mix of deposits,
-# transfers, withdrawals, holds and payments (with partial refunds) and --state-out STATE;
-# SIGKILL walletd a seeded random 1..D-1 seconds into the load; wait for walletd-load (it stops
-# issuing load, counts the requests in flight as unknown outcomes, writes the audit model to
-# STATE and exits 3; one that finished before the kill is a run where the kill came late: its
-# state is audited all the same); restart walletd on the same data dir and address; run
-# `walletd-load audit --state STATE` against it (every wallet, the merchant's included, must
-# match what the acknowledged requests imply, within the bounds of the requests whose answer
-# the kill cut off); stop walletd with SIGTERM; copy the data dir and run
-# `walletd replay --verify` on the copy (double entry, balances, holds, hash chains, nothing
-# half-moved across shards, deterministic replay). A run passes when the audit and the replay
-# both exit 0. Even runs send Idempotency-Keys, odd runs do not.
+# Builds the release binaries, then repeats --runs times: start walletd on a fresh data dir (on a
+# real filesystem, fsync always, rate limits off, a fee schedule) on a free loopback port; start
+# walletd-load against it with a mix of deposits, withdrawals, transfers, holds and payments
+# (with partial refunds) and --survive-restart; SIGKILL walletd at a seeded random moment of
+# the load window; restart it on the same data dir and port; let walletd-load audit the
+# restarted server (every wallet, the merchant's included, must match what the acknowledged
+# requests imply, within the bounds of the requests whose answer the kill cut off); stop walletd
+# with SIGTERM (it must exit 0); copy the data dir and run `walletd replay --verify` on the copy
+# (double entry, balances, holds, hash chains, nothing half-moved across shards, deterministic
+# replay). A run passes when the restart was observed, the audit passed, walletd stopped cleanly
+# and the replay verified. Even runs send Idempotency-Keys, odd runs do not.
 #
 #   scripts/drill.sh [--runs N] [--seed S] [--duration S] [--warmup S] [--connections N]
 #                    [--wallets N] [--shards N] [--mix MIX] [--fee-schedule SPEC]
-#                    [--out DIR] [--no-build]
+#                    [--survive S] [--out DIR] [--no-build]
 #
 # --runs N        runs (default 5)
 # --seed S        seeds the kill moments and each run's load seed (default random; printed, and
 #                 the same seed gives the same kill moments and load seeds again)
-# --duration S    load seconds per run, a whole number >= 2 (default 8); the kill comes 1..S-1
-#                 whole seconds after the load starts (after the setup; --warmup, default 1,
-#                 is part of walletd-load's window, so a late kill may find the load finished)
-# --shards N      walletd --shards (default 2: cross-shard transfers and payments and their
-#                 recovery)
-# --mix MIX       walletd-load --mix (default deposit=30,transfer=30,withdraw=10,hold=10,payment=20)
+# --duration S    measured load seconds per run (default 8); --warmup S before it (default 1);
+#                 the kill falls between 0.2 s after the load starts and 0.5 s before it ends
+# --shards N      walletd --shards (default 1; 2 or more exercises cross-shard transfers and
+#                 payments and their recovery)
+# --mix MIX       walletd-load --mix (default deposit=25,withdraw=10,transfer=25,hold=15,payment=25)
 # --fee-schedule  walletd --fee-schedule (default YER:2.5+1, so merchants net less than paid)
+# --survive S     walletd-load --survive-restart (default 60)
 #
-# Prints one line per run (`run 3/5: killed after 4 s, audit OK, replay --verify OK`) and
-# `drill: N runs, P passed, F failed (seed S)`; exits 1 if any run failed. Results in DIR
-# (default target/drill/DATE): per run the walletd logs before and after the kill, the load
-# generator's log, its state file, the audit's and the replay's output. A failed run's data dir
-# is kept (its path is printed); everything started is stopped on exit.
+# Prints one line per run and `drill: N runs, P passed, F failed (seed S)`; exits 1 if any run
+# failed. Results in DIR (default target/drill/DATE): per run the walletd logs before and after
+# the kill, the load generator's log and JSON summary, the replay output. A failed run's data
+# dir is kept (its path is printed); everything started is stopped on exit.
 set -euo pipefail
 
 RUNS=5
@@ -45,13 +41,14 @@ DURATION=8
 WARMUP=1
 CONNECTIONS=16
 WALLETS=50
-SHARDS=2
-MIX="deposit=30,transfer=30,withdraw=10,hold=10,payment=20"
+SHARDS=1
+MIX="deposit=25,withdraw=10,transfer=25,hold=15,payment=25"
 FEES="YER:2.5+1"
+SURVIVE=60
 OUT=""
 BUILD=1
 
-usage() { sed -n '2,40p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,36p' "$0" | sed 's/^# \{0,1\}//'; }
 
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -64,6 +61,7 @@ while [ $# -gt 0 ]; do
         --shards) SHARDS="$2"; shift 2 ;;
         --mix) MIX="$2"; shift 2 ;;
         --fee-schedule) FEES="$2"; shift 2 ;;
+        --survive) SURVIVE="$2"; shift 2 ;;
         --out) OUT="$2"; shift 2 ;;
         --no-build) BUILD=0; shift ;;
         -h|--help) usage; exit 0 ;;
@@ -75,9 +73,10 @@ if [ -z "$SEED" ]; then
     SEED="$(od -An -N4 -tu4 /dev/urandom | tr -d ' \n')"
 fi
 case "$SEED" in ''|*[!0-9]*) echo "drill.sh: --seed must be a whole number" >&2; exit 2 ;; esac
-case "$DURATION" in ''|*[!0-9]*) echo "drill.sh: --duration must be a whole number of seconds" >&2; exit 2 ;; esac
-if [ "$DURATION" -lt 2 ]; then
-    echo "drill.sh: --duration must be at least 2 s (the kill comes 1..duration-1 s in)" >&2
+# The load window in ms, and the range the kill is drawn from.
+WINDOW_MS="$(awk -v w="$WARMUP" -v d="$DURATION" 'BEGIN { printf "%d", (w + d) * 1000 }')"
+if [ "$WINDOW_MS" -lt 1000 ]; then
+    echo "drill.sh: --warmup + --duration must be at least 1 s" >&2
     exit 2
 fi
 
@@ -126,8 +125,11 @@ for binary in "$WALLETD" "$LOAD"; do
     [ -x "$binary" ] || { echo "drill.sh: $binary is missing (run without --no-build)" >&2; exit 2; }
 done
 
-# Data dirs where fsync means something: under target/drill, not tmpfs.
-SCRATCH="$ROOT/target/drill/data"
+# Data dirs where fsync means something: not tmpfs.
+SCRATCH="${TMPDIR:-/tmp}"
+case "$(findmnt -n -o FSTYPE -T "$SCRATCH" 2>/dev/null || stat -f -c %T "$SCRATCH")" in
+    tmpfs|ramfs) SCRATCH="$ROOT/target/drill-scratch" ;;
+esac
 mkdir -p "$SCRATCH"
 export WALLETD_ADMIN_PASSWORD="drill-$(od -An -N8 -tx1 /dev/urandom | tr -d ' \n')"
 
@@ -180,124 +182,114 @@ draw() {
     LCG_STATE=$(( LCG_STATE * 6364136223846793005 + 1442695040888963407 ))
     DRAW=$(( (LCG_STATE >> 33) & 0x7fffffff ))
 }
+# A kill in [200 ms, window - 500 ms] after the load starts.
+KILL_SPAN_MS=$(( WINDOW_MS - 700 ))
+[ "$KILL_SPAN_MS" -ge 1 ] || KILL_SPAN_MS=1
 
 PASSED=0
 FAILED=0
 for run_index in $(seq 1 "$RUNS"); do
     draw
-    kill_s=$(( 1 + DRAW % (DURATION - 1) ))
+    kill_ms=$(( 200 + DRAW % KILL_SPAN_MS ))
     load_seed=$(( (SEED * 1000003 + run_index) & 0x7fffffffffffffff ))
     idempotency=()
-    if [ $((run_index % 2)) = 0 ]; then idempotency=(--idempotency); fi
+    idempotency_text="off"
+    if [ $((run_index % 2)) = 0 ]; then idempotency=(--idempotency); idempotency_text="on"; fi
     name="run-$run_index"
     log="$OUT/$name"
-    state="$log.state.json"
     data="$(mktemp -d "$SCRATCH/walletd-drill.XXXXXX")"
     SCRATCH_DIRS+=("$data" "$data.copy")
     reasons=()
-    rm -f "$state"
 
     start_walletd "$data" 127.0.0.1:0 "$log.walletd-1"
     if ! address="$(wait_address "$log.walletd-1.out" "$WALLETD_PID")"; then
-        echo "run $run_index/$RUNS: FAIL: walletd did not start (see $log.walletd-1.err)"
+        echo "drill: run $run_index/$RUNS FAIL: walletd did not start (see $log.walletd-1.err)"
         FAILED=$((FAILED + 1))
         stop_walletd
         continue
     fi
-    listen="${address#http://}"
+    port="${address##*:}"
 
-    say "+ $LOAD --url $address --mix $MIX --connections $CONNECTIONS --wallets $WALLETS --duration $DURATION --warmup $WARMUP --seed $load_seed ${idempotency[*]} --state-out $state > $log.load.out 2> $log.load.err &"
+    say "+ $LOAD --url $address --mix $MIX --connections $CONNECTIONS --wallets $WALLETS --duration $DURATION --warmup $WARMUP --seed $load_seed ${idempotency[*]} --survive-restart $SURVIVE --json > $log.json 2> $log.log &"
     "$LOAD" --url "$address" --mix "$MIX" --connections "$CONNECTIONS" --wallets "$WALLETS" \
         --duration "$DURATION" --warmup "$WARMUP" --seed "$load_seed" "${idempotency[@]}" \
-        --label "$name" --state-out "$state" >"$log.load.out" 2>"$log.load.err" &
+        --survive-restart "$SURVIVE" --label "$name" --json >"$log.json" 2>"$log.log" &
     LOAD_PID=$!
-    # The load starts when the setup (registrations, funding, the merchant) is done.
+    # The load window starts when the setup (registrations, funding, the merchant) is done.
     started=0
     for _ in $(seq 1200); do
-        if grep -q '^load: started' "$log.load.err" 2>/dev/null; then started=1; break; fi
+        if grep -q '^load: started' "$log.log" 2>/dev/null; then started=1; break; fi
         kill -0 "$LOAD_PID" 2>/dev/null || break
         sleep 0.1
     done
-    killed=""
-    late=""
+    killed=0
     if [ "$started" = 1 ]; then
-        sleep "$kill_s"
-        say "+ kill -KILL $WALLETD_PID   # walletd, $kill_s s into the load"
-        kill -KILL "$WALLETD_PID" 2>/dev/null || true
-        wait "$WALLETD_PID" 2>/dev/null || true
-        WALLETD_PID=""
-        killed="killed after $kill_s s"
+        sleep "$(awk -v ms="$kill_ms" 'BEGIN { printf "%.3f", ms / 1000 }')"
+        if kill -0 "$LOAD_PID" 2>/dev/null; then
+            say "+ kill -KILL $WALLETD_PID   # walletd, $kill_ms ms into the load"
+            kill -KILL "$WALLETD_PID" 2>/dev/null || true
+            wait "$WALLETD_PID" 2>/dev/null || true
+            WALLETD_PID=""
+            killed=1
+            start_walletd "$data" "127.0.0.1:$port" "$log.walletd-2"
+            if ! wait_address "$log.walletd-2.out" "$WALLETD_PID" >/dev/null; then
+                reasons+=("walletd did not restart on port $port (see $log.walletd-2.err)")
+            fi
+        else
+            reasons+=("the load generator ended before the kill")
+        fi
     else
-        killed="not killed"
-        reasons+=("the load generator's setup did not finish (see $log.load.err)")
+        reasons+=("the load generator's setup did not finish (see $log.log)")
     fi
 
-    # walletd-load stops at the first connection error; give it its window and a margin.
+    # The load generator audits the restarted server; give it the load, the wait and the audit.
     load_rc=0
-    limit="$(awk -v w="$WARMUP" -v d="$DURATION" 'BEGIN { printf "%d", w + d + 120 }')"
+    limit=$(( WINDOW_MS / 1000 + SURVIVE + 180 ))
     for _ in $(seq $((limit * 10))); do kill -0 "$LOAD_PID" 2>/dev/null || break; sleep 0.1; done
     if kill -0 "$LOAD_PID" 2>/dev/null; then
         kill -KILL "$LOAD_PID" 2>/dev/null || true
-        reasons+=("walletd-load did not finish within $limit s")
+        reasons+=("the load generator did not finish within $limit s")
     fi
     wait "$LOAD_PID" 2>/dev/null || load_rc=$?
     LOAD_PID=""
-    # 3: it saw the server go away and wrote its state. 0 (or 2, its own read-back cut off by
-    # the kill) with a state that says the server never went away: the load had finished, the
-    # kill came late; the state is audited all the same.
-    went_away="$(jq -r '.server_went_away' "$state" 2>/dev/null || echo '?')"
-    case "$load_rc/$went_away" in
-        3/true) ;;
-        0/false|2/false) late=" (late: the load had finished)" ;;
-        *) reasons+=("walletd-load exited $load_rc, state server_went_away=$went_away (1: its own audit failed, 2: it could not finish; see $log.load.err)") ;;
-    esac
-    killed="$killed$late"
 
-    audit="not run"
-    if [ "$started" = 1 ]; then
-        start_walletd "$data" "$listen" "$log.walletd-2"
-        if ! wait_address "$log.walletd-2.out" "$WALLETD_PID" >/dev/null; then
-            reasons+=("walletd did not restart on $listen (see $log.walletd-2.err)")
-        fi
-        if [ -s "$state" ]; then
-            audit_rc=0
-            say "+ $LOAD audit --state $state --url $address > $log.audit 2>&1"
-            "$LOAD" audit --state "$state" --url "$address" >"$log.audit" 2>&1 || audit_rc=$?
-            case "$audit_rc" in
-                0) audit="OK" ;;
-                1) audit="FAILED"; reasons+=("audit: $(grep -m1 '^audit:' "$log.audit")") ;;
-                *) audit="not done ($audit_rc)"; reasons+=("walletd-load audit exited $audit_rc: $(tail -1 "$log.audit")") ;;
-            esac
-        else
-            reasons+=("walletd-load wrote no state to $state")
-        fi
-    fi
-
-    if [ -n "$WALLETD_PID" ]; then
-        stop_walletd
-        if [ "$STOP_RC" != 0 ]; then reasons+=("walletd's graceful stop: exit $STOP_RC"); fi
-    fi
+    stop_rc="not running"
+    if [ -n "$WALLETD_PID" ]; then stop_walletd; stop_rc="$STOP_RC"; fi
+    if [ "$stop_rc" != 0 ]; then reasons+=("walletd's graceful stop: exit $stop_rc"); fi
 
     # The replay, on a copy: the data dir stays as the drill left it.
-    replay="OK"
     replay_rc=0
     cp -a "$data" "$data.copy"
     say "+ $WALLETD replay --verify --data-dir $data.copy --shards $SHARDS"
     "$WALLETD" replay --verify --data-dir "$data.copy" --shards "$SHARDS" >"$log.replay" 2>&1 || replay_rc=$?
     if [ "$replay_rc" != 0 ]; then
-        replay="FAILED ($replay_rc)"
         reasons+=("replay --verify exited $replay_rc: $(tail -1 "$log.replay")")
     fi
 
-    line="run $run_index/$RUNS: $killed, audit $audit, replay --verify $replay"
+    audit="no summary"
+    observed="false"
+    back=""
+    if [ -s "$log.json" ] && jq -e . "$log.json" >/dev/null 2>&1; then
+        audit="$(jq -r 'if .audit == null then "not run" elif .audit.ok then "OK over \(.audit.wallets) wallets (\(.audit.unknown_requests) unknown outcomes)" else "FAILED (\(.audit.mismatches | length) mismatches)" end' "$log.json")"
+        observed="$(jq -r '.restart.observed // false' "$log.json")"
+        back="$(jq -r '.restart.back_after_s // empty | . * 100 | round / 100' "$log.json")"
+    fi
+    if [ "$load_rc" != 0 ]; then
+        reasons+=("walletd-load exited $load_rc (1: the audit failed, 2: it could not finish; see $log.log)")
+    fi
+    if [ "$killed" = 1 ] && [ "$observed" != true ]; then
+        reasons+=("the load generator did not observe the restart")
+    fi
+
+    summary="killed $kill_ms ms into the load (load seed $load_seed, idempotency $idempotency_text), restart $([ "$observed" = true ] && echo "observed${back:+ (back after $back s)}" || echo "not observed"), audit $audit, walletd stop exit $stop_rc, replay --verify $([ "$replay_rc" = 0 ] && echo OK || echo "FAILED ($replay_rc)")"
     if [ "${#reasons[@]}" = 0 ]; then
         PASSED=$((PASSED + 1))
-        echo "$line"
+        echo "drill: run $run_index/$RUNS PASS: $summary"
     else
         FAILED=$((FAILED + 1))
         # Keep the evidence: drop this run's dirs from the cleanup list.
         SCRATCH_DIRS=("${SCRATCH_DIRS[@]:0:${#SCRATCH_DIRS[@]}-2}")
-        echo "$line: FAIL (load seed $load_seed)"
+        echo "drill: run $run_index/$RUNS FAIL: $summary"
         for reason in "${reasons[@]}"; do echo "  - $reason"; done
         echo "  data dir kept: $data (replayed copy: $data.copy); logs: $log.*"
     fi
