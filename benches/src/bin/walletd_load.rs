@@ -19,7 +19,6 @@ fn main() {
                 }
             }
         }
-        Some(Command::Audit(args)) => walletd_benches::load::state::main(args),
         None => walletd_benches::load::run::main(cli.load),
     };
     std::process::exit(code);

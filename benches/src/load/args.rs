@@ -26,22 +26,6 @@ pub struct Cli {
 pub enum Command {
     /// Serve the bare hyper baseline: every request gets a fixed deposit-sized JSON answer.
     BaselineServer(BaselineArgs),
-    /// Audit a restarted walletd against the state a `--state-out` run wrote: wait for
-    /// GET /v1/health, read every wallet back, compare. Exit 0 OK, 1 mismatch, 2 not audited.
-    Audit(AuditArgs),
-}
-
-#[derive(Args, Debug, Clone)]
-pub struct AuditArgs {
-    /// The state file written by `--state-out`.
-    #[arg(long, value_name = "FILE")]
-    pub state: PathBuf,
-    /// walletd's base URL (default: the one the state was written for).
-    #[arg(long)]
-    pub url: Option<String>,
-    /// Seconds to wait for GET /v1/health to answer 200.
-    #[arg(long, default_value_t = 60.0, value_parser = parse_seconds)]
-    pub wait: f64,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -132,13 +116,6 @@ pub struct LoadArgs {
     /// and run the audit against the restarted server. The exit code is the audit's.
     #[arg(long, value_name = "SECONDS", value_parser = parse_seconds)]
     pub survive_restart: Option<f64>,
-    /// Recovery drills in two processes: when requests fail with connection errors, stop
-    /// issuing load (requests in flight count as unknown outcomes), write the audit's state
-    /// (base balances, wallets and tokens, the model, the merchant) to FILE as JSON and exit 3.
-    /// Audit it later with `walletd-load audit --state FILE`. The state is also written when
-    /// the load ends normally, before the run's own audit.
-    #[arg(long, value_name = "FILE", conflicts_with = "survive_restart")]
-    pub state_out: Option<PathBuf>,
 }
 
 fn parse_seconds(text: &str) -> Result<f64, String> {

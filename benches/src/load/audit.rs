@@ -20,7 +20,7 @@
 //! (transfers and refunds move money between the wallets; deposits, withdrawals, captures and
 //! payment fees change the total).
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 use super::cents_text;
 use super::mix::Kind;
@@ -37,7 +37,7 @@ pub enum Effect {
 }
 
 /// A wallet's balances as walletd reports them, in cents.
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
 pub struct Balance {
     pub balance: i64,
     pub held: i64,
@@ -45,7 +45,7 @@ pub struct Balance {
 }
 
 /// Changes implied for one wallet.
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
 pub struct WalletEffect {
     pub delta: i64,
     /// Sum of the negative effects that may or may not have happened (<= 0).
@@ -58,7 +58,7 @@ pub struct WalletEffect {
 }
 
 /// The effects of a run (or of one connection's share of it).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default)]
 pub struct Model {
     pub wallets: Vec<WalletEffect>,
     pub total_low: i64,

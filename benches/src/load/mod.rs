@@ -27,8 +27,6 @@
 //! - [`run`]: the timed request loops.
 //! - [`audit`]: the ledger model (payments and refunds included) and the read-back comparison.
 //! - [`drill`]: `--survive-restart`: outliving a SIGKILLed and restarted server, then auditing it.
-//! - [`state`]: `--state-out` and `walletd-load audit --state`: the same drill across two
-//!   processes (the run writes its model when the server goes away; the audit runs later).
 //! - [`metrics`]: walletd's WAL counters (group commits, records per fsync) over the window.
 //! - [`report`]: histograms, the live progress line, the final table, JSON and CSV.
 //! - [`baseline`]: the bare hyper server.
@@ -43,7 +41,6 @@ pub mod mix;
 pub mod report;
 pub mod run;
 pub mod setup;
-pub mod state;
 
 /// Formats minor units (cents) as an exact JSON number with two fraction digits.
 pub fn cents_text(cents: i64) -> String {

@@ -498,15 +498,7 @@ pub fn print_table(summary: &Summary, out: &mut dyn std::io::Write) -> std::io::
             )?,
         }
     }
-    print_audit(summary.audit.as_ref(), out)
-}
-
-/// The audit's verdict line (and its mismatches), as the table ends with it.
-pub fn print_audit(
-    audit: Option<&AuditReport>,
-    out: &mut dyn std::io::Write,
-) -> std::io::Result<()> {
-    match audit {
+    match &summary.audit {
         None => writeln!(out, "audit: not run (baseline target)")?,
         Some(audit) if audit.ok => writeln!(
             out,

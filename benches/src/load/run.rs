@@ -17,7 +17,6 @@ use super::metrics;
 use super::mix::{Kind, Mix, Op, Rng, REFUND_ONE_IN};
 use super::report::{self, Header, Live, Stats};
 use super::setup::{self, error_code, Caller, Setup, Wallet};
-use super::state::{self, State};
 use super::{cents_text, parse_cents};
 
 /// Runs the load described by `args`; returns the process exit code (0 ok, 1 audit failed,
@@ -134,9 +133,6 @@ async fn run(args: LoadArgs, seed: u64) -> Result<i32, String> {
     if baseline && args.mix.has(Op::Payment) {
         return Err("payments need walletd: the baseline cannot initiate or confirm them".into());
     }
-    if baseline && args.state_out.is_some() {
-        return Err("--state-out drills walletd, not the baseline".into());
-    }
     if baseline && args.survive_restart.is_some() {
         return Err("--survive-restart drills walletd, not the baseline".into());
     }
@@ -178,7 +174,7 @@ async fn run(args: LoadArgs, seed: u64) -> Result<i32, String> {
         measure_from,
         deadline,
         live: live.clone(),
-        survive: survive.is_some() || args.state_out.is_some(),
+        survive: survive.is_some(),
         stop: AtomicBool::new(false),
         stopped_at_us: AtomicU64::new(0),
     });
@@ -229,22 +225,6 @@ async fn run(args: LoadArgs, seed: u64) -> Result<i32, String> {
     }
     let ended = Instant::now();
     progress.abort();
-    if let Some(path) = &args.state_out {
-        let state = State::new(&setup, &model, &url, seed, shared.stopped_at_s());
-        state.write(path)?;
-        if shared.stopping() {
-            eprintln!(
-                "walletd-load: {} writes with an unknown outcome",
-                model.unknown_total()
-            );
-            eprintln!(
-                "walletd-load: server went away; state written to {}",
-                path.display()
-            );
-            return Ok(state::SERVER_WENT_AWAY);
-        }
-        eprintln!("walletd-load: state written to {}", path.display());
-    }
     let mut restart = survive.map(|within| RestartReport {
         survive_restart_s: within.as_secs_f64(),
         load_stopped_at_s: shared.stopped_at_s(),
