@@ -55,9 +55,11 @@ pub struct DataArgs {
     /// Where the WAL and snapshots live.
     #[arg(long, env = "WALLETD_DATA_DIR", default_value = "./data")]
     pub data_dir: PathBuf,
-    /// Shard actors; fixed for the life of a data dir.
-    #[arg(long, env = "WALLETD_SHARDS", default_value_t = 1)]
-    pub shards: u32,
+    /// Shard actors; fixed for the life of a data dir, which records it (`data/shards`). Left
+    /// out: the recorded count, or 1 for a new data dir. Another count than the recorded one is
+    /// refused.
+    #[arg(long, env = "WALLETD_SHARDS")]
+    pub shards: Option<u32>,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -174,15 +176,22 @@ fn init_logging(level: &str) {
         .try_init();
 }
 
-fn engine_config(data: &DataArgs, fsync: Fsync, snapshot_every: u64) -> EngineConfig {
+fn engine_config(
+    data: &DataArgs,
+    fsync: Fsync,
+    snapshot_every: u64,
+) -> anyhow::Result<EngineConfig> {
     let mut config = EngineConfig::new(&data.data_dir);
-    config.shard_count = data.shards;
+    config.shard_count = match data.shards {
+        Some(count) => count,
+        None => engine::runtime::recorded_shard_count(&data.data_dir)?.unwrap_or(1),
+    };
     config.snapshot_every_records = snapshot_every;
     config.wal.fsync = match fsync {
         Fsync::Always => wal::FsyncPolicy::Always,
         Fsync::Never => wal::FsyncPolicy::Never,
     };
-    config
+    Ok(config)
 }
 
 fn open_engine(config: EngineConfig) -> anyhow::Result<(Engine, engine::runtime::RecoveryReport)> {
@@ -255,7 +264,8 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let webhook_secret = webhook_secret(&args.data.data_dir, args.webhook_secret.as_deref())?;
     let fees = FeeSchedule::parse(&args.fee_schedule)
         .map_err(|reason| anyhow::anyhow!("WALLETD_FEE_SCHEDULE: {reason}"))?;
-    let (engine, report) = open_engine(engine_config(&args.data, args.fsync, args.snapshot_every))?;
+    let (engine, report) =
+        open_engine(engine_config(&args.data, args.fsync, args.snapshot_every)?)?;
     tracing::info!(
         records = report.records_replayed,
         events = report.events_replayed,
@@ -353,7 +363,7 @@ async fn shutdown_signal() {
 fn replay(args: &ReplayArgs) -> anyhow::Result<()> {
     init_logging("warn");
     let started = Instant::now();
-    let (engine, report) = open_engine(engine_config(&args.data, Fsync::Always, 0))?;
+    let (engine, report) = open_engine(engine_config(&args.data, Fsync::Always, 0)?)?;
     let seconds = started.elapsed().as_secs_f64();
     let rate = report.events_replayed as f64 / report.elapsed.as_secs_f64().max(1e-9);
     println!(
@@ -409,7 +419,7 @@ fn replay(args: &ReplayArgs) -> anyhow::Result<()> {
     engine.shutdown().map_err(|e| anyhow::anyhow!("{e}"))?;
     let first = verdict?;
     // Determinism: a second replay of the same log rebuilds exactly the same state.
-    let (again, _) = open_engine(engine_config(&args.data, Fsync::Always, 0))?;
+    let (again, _) = open_engine(engine_config(&args.data, Fsync::Always, 0)?)?;
     let second = runtime
         .block_on(again.read_all(|s| s.state_digest().to_hex()))
         .map_err(|e| anyhow::anyhow!("{e}"))?;
@@ -485,7 +495,7 @@ fn redact_password_hashes(value: &mut serde_json::Value) {
 
 fn snapshot(args: &DataArgs) -> anyhow::Result<()> {
     init_logging("warn");
-    let (engine, _) = open_engine(engine_config(args, Fsync::Always, 0))?;
+    let (engine, _) = open_engine(engine_config(args, Fsync::Always, 0)?)?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;

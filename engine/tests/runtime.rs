@@ -575,3 +575,46 @@ async fn a_restart_replays_only_the_log_written_after_the_snapshot() {
     assert_eq!(digests(&engine).await, before);
     engine.shutdown().unwrap();
 }
+
+/// Wallets are placed on shards by id, so a data dir keeps the shard count it was created with:
+/// another count is refused before anything is replayed, the recorded one opens it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_data_dir_refuses_another_shard_count_than_it_was_created_with() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(SeededClock::new(37, 1_700_000_000_000));
+    let engine = open(dir.path(), 2, clock.clone());
+    let wallets = create_wallets(&engine, 3).await;
+    for wallet in &wallets {
+        engine
+            .execute(Command::Deposit(money(*wallet, "5.00")))
+            .await
+            .unwrap();
+    }
+    engine.shutdown().unwrap();
+    assert_eq!(
+        engine::runtime::recorded_shard_count(dir.path()).unwrap(),
+        Some(2)
+    );
+
+    for other in [1, 4] {
+        let error = Engine::open(
+            config(dir.path(), other),
+            clock.clone(),
+            Arc::new(DebugRenderer),
+        )
+        .err()
+        .expect("another shard count is refused");
+        let message = error.to_string();
+        assert!(
+            matches!(error, engine::runtime::OpenError::Config(_))
+                && message.contains("created with 2 shards"),
+            "{message}"
+        );
+    }
+
+    let engine = open(dir.path(), 2, clock);
+    for wallet in &wallets {
+        assert_eq!(balance(&engine, *wallet).await, amount("5.00"));
+    }
+    engine.shutdown().unwrap();
+}

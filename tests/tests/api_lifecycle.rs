@@ -172,3 +172,46 @@ fn unknown_paths_are_404_and_known_paths_with_another_method_are_405() {
         metrics.text()
     );
 }
+
+/// A data dir records its shard count: the offline tools find it without `--shards`, and
+/// another count is refused with a message that names both, instead of replaying every wallet
+/// onto the wrong shard.
+#[test]
+fn offline_tools_use_the_recorded_shard_count_and_refuse_another() {
+    let mut server = Server::start_with(walletd_tests::server::Options {
+        shards: Some(4),
+        ..walletd_tests::server::Options::default()
+    });
+    let operator = server.create_employee(PLATFORM_BUSINESS_ID, &["operator"]);
+    for _ in 0..3 {
+        let customer = server.register_customer();
+        server.deposit(&operator.token, customer.wallet_id, "7.00");
+    }
+    let status = server.stop();
+    assert_eq!(status.code(), Some(0), "SIGTERM exit status: {status:?}");
+
+    let replay = |shards: Option<&str>| {
+        let mut command = std::process::Command::new(walletd_tests::server::walletd_binary());
+        command
+            .args(["replay", "--verify", "--data-dir"])
+            .arg(server.data_dir())
+            .env_remove("WALLETD_DATA_DIR")
+            .env_remove("WALLETD_SHARDS")
+            .stdin(Stdio::null());
+        if let Some(shards) = shards {
+            command.args(["--shards", shards]);
+        }
+        command.output().expect("run walletd replay")
+    };
+    let recorded = replay(None);
+    assert!(
+        recorded.status.success() && String::from_utf8_lossy(&recorded.stdout).contains("verified"),
+        "replay without --shards: {recorded:?}"
+    );
+    let other = replay(Some("1"));
+    let stderr = String::from_utf8_lossy(&other.stderr);
+    assert!(
+        !other.status.success() && stderr.contains("created with 4 shards"),
+        "replay --shards 1 on a 4-shard data dir: {other:?}"
+    );
+}

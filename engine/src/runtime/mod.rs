@@ -62,7 +62,7 @@ use crate::shard::Shard;
 use crate::view::WalletView;
 use crate::wallet::{OwnerType, WalletType};
 
-pub use self::recovery::{OpenError, RecoveryReport};
+pub use self::recovery::{recorded_shard_count, OpenError, RecoveryReport, SHARDS_FILE};
 
 /// Renders the answer to an idempotent request. The bytes are logged with the command and
 /// replayed verbatim to retries, so rendering must be a pure function of `(route, result)`.

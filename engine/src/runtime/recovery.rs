@@ -62,6 +62,48 @@ pub enum OpenError {
     Complete(EngineError),
 }
 
+/// The file in a data dir that records its shard count, as decimal text.
+pub const SHARDS_FILE: &str = "shards";
+
+/// The shard count a data dir was created with; `None` for a new one (or one written before the
+/// count was recorded).
+pub fn recorded_shard_count(data_dir: &std::path::Path) -> Result<Option<u32>, OpenError> {
+    let path = data_dir.join(SHARDS_FILE);
+    match std::fs::read_to_string(&path) {
+        Ok(text) => match text.trim().parse::<u32>() {
+            Ok(count) if count >= 1 => Ok(Some(count)),
+            _ => Err(OpenError::Config(format!(
+                "{} does not hold a shard count: {:?}",
+                path.display(),
+                text.trim()
+            ))),
+        },
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(source) => Err(OpenError::Wal(wal::Error::Io {
+            context: format!("read {}", path.display()),
+            source,
+        })),
+    }
+}
+
+/// Writes `data_dir/shards` durably: a temporary file, fsynced, renamed, then the directory
+/// fsynced (STYLE.md 22).
+fn record_shard_count(data_dir: &std::path::Path, count: u32) -> Result<(), OpenError> {
+    use std::io::Write;
+    let io = |context: String| move |source| OpenError::Wal(wal::Error::Io { context, source });
+    let path = data_dir.join(SHARDS_FILE);
+    let temporary = data_dir.join(format!("{SHARDS_FILE}.tmp"));
+    let mut file =
+        std::fs::File::create(&temporary).map_err(io(format!("create {}", temporary.display())))?;
+    file.write_all(format!("{count}\n").as_bytes())
+        .and_then(|()| file.sync_all())
+        .map_err(io(format!("write {}", temporary.display())))?;
+    std::fs::rename(&temporary, &path).map_err(io(format!("rename to {}", path.display())))?;
+    std::fs::File::open(data_dir)
+        .and_then(|dir| dir.sync_all())
+        .map_err(io(format!("sync {}", data_dir.display())))
+}
+
 pub(crate) fn open(
     config: EngineConfig,
     clock: Arc<dyn Clock>,
@@ -72,6 +114,16 @@ pub(crate) fn open(
     if !(1..=256).contains(&count) {
         return Err(OpenError::Config(format!(
             "shard count {count} is not within 1..=256"
+        )));
+    }
+    // Wallets live on shard `id % count`: another count would look for every wallet on the
+    // wrong shard, so a data dir keeps the count it was created with and refuses any other.
+    let recorded = recorded_shard_count(&config.data_dir)?;
+    if let Some(recorded) = recorded.filter(|recorded| *recorded != count) {
+        return Err(OpenError::Config(format!(
+            "the data directory {} was created with {recorded} shards and cannot be opened with \
+             {count} (wallets are placed on shards by id); pass --shards {recorded} or leave it out",
+            config.data_dir.display()
         )));
     }
     let dir = config.wal_dir();
@@ -93,6 +145,10 @@ pub(crate) fn open(
         replay_from,
         &mut visit,
     )?;
+    // Recorded only once the log is open, so under its lock: no other process is using the dir.
+    if recorded.is_none() {
+        record_shard_count(&config.data_dir, count)?;
+    }
 
     let Replayed {
         shards,
