@@ -602,8 +602,7 @@ async fn a_data_dir_refuses_another_shard_count_than_it_was_created_with() {
             clock.clone(),
             Arc::new(DebugRenderer),
         )
-        .err()
-        .expect("another shard count is refused");
+        .expect_err("another shard count is refused");
         let message = error.to_string();
         assert!(
             matches!(error, engine::runtime::OpenError::Config(_))
