@@ -11,6 +11,7 @@
 #
 #   scripts/bench-http.sh [--duration S] [--warmup S] [--connections N] [--wallets N]
 #                         [--connections-sweep 1,4,16,64,256] [--sweep-duration S]
+#                         [--mixes "deposit=100 transfer=100 payment=100"] [--fund AMOUNT]
 #                         [--perf S] [--client raw|hyper] [--fsync always|never] [--out DIR]
 #                         [--no-build]
 #
@@ -36,13 +37,17 @@ CONNECTIONS=64
 WALLETS=100
 SWEEP=""
 SWEEP_DURATION=10
+MIXES="deposit=100 transfer=100 payment=100"
+# Each customer's funding: payments move money to the merchant for good (refunds are partial), so
+# a payer with too little runs dry within seconds and the run would measure refusals.
+FUND=1000000.00
 PERF_SECONDS=0
 CLIENT=raw
 FSYNC=always
 OUT=""
 BUILD=1
 
-usage() { sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,31p' "$0" | sed 's/^# \{0,1\}//'; }
 
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -52,6 +57,8 @@ while [ $# -gt 0 ]; do
         --wallets) WALLETS="$2"; shift 2 ;;
         --connections-sweep) SWEEP="$2"; shift 2 ;;
         --sweep-duration) SWEEP_DURATION="$2"; shift 2 ;;
+        --mixes) MIXES="$2"; shift 2 ;;
+        --fund) FUND="$2"; shift 2 ;;
         --perf) PERF_SECONDS="$2"; shift 2 ;;
         --client) CLIENT="$2"; shift 2 ;;
         --fsync) FSYNC="$2"; shift 2 ;;
@@ -146,7 +153,7 @@ load() {
     local name="$1" target="$2" mix="$3" connections="$4" duration="$5" csv="$6"
     local where pid rc=0
     if [ "$target" = walletd ]; then
-        where=(--url "$WALLETD_URL"); pid="$WALLETD_PID"
+        where=(--url "$WALLETD_URL" --fund "$FUND"); pid="$WALLETD_PID"
     else
         where=(--baseline "$BASELINE_URL"); pid="$BASELINE_PID"
     fi
@@ -164,7 +171,6 @@ load() {
 # request. The bare server cannot hold a payment's state, so its side of that row is the same
 # fixed-JSON requests it answers for deposits: walletd's payment steps per second against the
 # plain request rate of the same machine in the same run.
-MIXES="deposit=100 transfer=100 payment=100"
 SWEEP_MIXES="deposit=100 transfer=100"
 baseline_mix() { case "$1" in payment=*) echo "deposit=100" ;; *) echo "$1" ;; esac; }
 for mix in $MIXES; do
