@@ -597,6 +597,61 @@ impl Server {
         self.request("POST", path, token, headers, Some(body.as_bytes()))
     }
 
+    /// `POST /v1/payments/initiate` as the payer (`token`, owner of `wallet_id`) to `merchant_id`
+    /// for `amount` of `currency`; `extra` adds body fields (e.g. `, "payment_link_uuid": "…"`).
+    /// Must answer 201; returns the payment's uuid (`transaction_id`).
+    pub fn initiate_payment(
+        &self,
+        token: &str,
+        wallet_id: u64,
+        merchant_id: u64,
+        amount: &str,
+        currency: &str,
+        extra: &str,
+    ) -> String {
+        let body = format!(
+            r#"{{"merchant_id": {merchant_id}, "wallet_id": {wallet_id}, "amount": {amount}, "currency_code": "{currency}"{extra}}}"#
+        );
+        let response = self.post("/v1/payments/initiate", Some(token), &body);
+        assert_eq!(response.status, 201, "initiate: {}", response.text());
+        response.json()["data"]["transaction_id"]
+            .as_str()
+            .expect("transaction_id")
+            .to_owned()
+    }
+
+    /// A YER payment from `payer`'s primary wallet to `merchant_id`, initiated and confirmed; must
+    /// complete. Returns its uuid.
+    pub fn complete_payment(
+        &self,
+        payer: &Customer,
+        merchant_id: u64,
+        amount: &str,
+        extra: &str,
+    ) -> String {
+        let uuid = self.initiate_payment(
+            &payer.token,
+            payer.wallet_id,
+            merchant_id,
+            amount,
+            "YER",
+            extra,
+        );
+        let confirmed = self.post(
+            &format!("/v1/payments/{uuid}/confirm"),
+            Some(&payer.token),
+            "",
+        );
+        assert_eq!(confirmed.status, 200, "confirm: {}", confirmed.text());
+        assert_eq!(
+            confirmed.json()["data"]["status"],
+            json!("completed"),
+            "confirm: {}",
+            confirmed.text()
+        );
+        uuid
+    }
+
     /// `POST /v1/merchant-wallets` as `token` (an operator of `merchant_id`); must answer 201;
     /// returns the Wallet (`data`).
     pub fn create_merchant_wallet(&self, token: &str, merchant_id: u64, currency: &str) -> Value {

@@ -71,30 +71,6 @@ fn funded(f: &Fixture, amount: &str) -> Customer {
     customer
 }
 
-/// Initiates and confirms a YER payment of `amount` from `payer` to `merchant`; returns its uuid.
-fn pay(f: &Fixture, payer: &Customer, merchant: u64, amount: &str, extra: &str) -> String {
-    let body = format!(
-        r#"{{"merchant_id": {merchant}, "wallet_id": {}, "amount": {amount}, "currency_code": "YER"{extra}}}"#,
-        payer.wallet_id
-    );
-    let initiated = f
-        .server
-        .post("/v1/payments/initiate", Some(&payer.token), &body);
-    assert_eq!(initiated.status, 201, "initiate: {}", initiated.text());
-    let uuid = initiated.json()["data"]["transaction_id"]
-        .as_str()
-        .expect("transaction_id")
-        .to_owned();
-    let confirmed = f.server.post(
-        &format!("/v1/payments/{uuid}/confirm"),
-        Some(&payer.token),
-        "",
-    );
-    assert_eq!(confirmed.status, 200, "confirm: {}", confirmed.text());
-    assert_eq!(confirmed.json()["data"]["status"], json!("completed"));
-    uuid
-}
-
 #[test]
 fn creating_a_merchant_wallet_answers_201_with_a_merchant_owned_wallet() {
     let f = fixture();
@@ -302,7 +278,7 @@ fn overview_lists_the_wallets_and_sums_balances_per_branch_and_currency() {
     f.server.deposit(&m.operator.token, sar, "1.00");
     // A payment adds its net: 10.00 - (0.25 + 1.00).
     let payer = funded(f, "20");
-    pay(f, &payer, m.id, "10.00", "");
+    f.server.complete_payment(&payer, m.id, "10.00", "");
 
     let response = f.server.get(
         &format!("/v1/merchant-wallets/{}/overview", m.id),
@@ -460,7 +436,7 @@ fn a_payment_link_is_single_use_and_its_amount_must_match() {
     assert_eq!(mismatched.status, 422, "{}", mismatched.text());
     assert_eq!(mismatched.json()["success"], json!(false));
 
-    let paid = pay(f, &payer, m.id, "25.00", &naming);
+    let paid = f.server.complete_payment(&payer, m.id, "25.00", &naming);
     let status = f
         .server
         .get_ok(&format!("/v1/payments/{paid}/status"), &payer.token);
@@ -696,7 +672,7 @@ fn merchant_transactions_list_every_wallet_newest_first_with_meta() {
     let second = deposit(usd, "2.00");
     let third = deposit(yer, "3.00");
     let payer = funded(f, "50");
-    pay(f, &payer, m.id, "10.00", "");
+    f.server.complete_payment(&payer, m.id, "10.00", "");
 
     let (data, meta) = transactions_page(f, &m, "per_page=3");
     assert_eq!(
@@ -746,7 +722,7 @@ fn a_settlement_request_answers_200_with_a_custom_period_settlement() {
             .create_merchant_wallet(&m.operator.token, m.id, "YER"),
     );
     let payer = funded(f, "150");
-    pay(f, &payer, m.id, "100.00", "");
+    f.server.complete_payment(&payer, m.id, "100.00", "");
     let key = format!("settle-{}", unique());
     let body = json!({
         "wallet_id": wallet,

@@ -544,24 +544,7 @@ fn shop(f: &Fixture) -> Shop {
 /// A completed YER payment from a fresh customer to `shop`.
 fn pay(f: &Fixture, shop: &Shop, amount: &str) {
     let payer = f.funded("1000");
-    let body = format!(
-        r#"{{"merchant_id": {}, "wallet_id": {}, "amount": {amount}, "currency_code": "YER"}}"#,
-        shop.id, payer.wallet_id
-    );
-    let initiated = f
-        .server
-        .post("/v1/payments/initiate", Some(&payer.token), &body);
-    assert_eq!(initiated.status, 201, "initiate: {}", initiated.text());
-    let uuid = initiated.json()["data"]["transaction_id"]
-        .as_str()
-        .expect("transaction_id")
-        .to_owned();
-    let confirmed = f.server.post(
-        &format!("/v1/payments/{uuid}/confirm"),
-        Some(&payer.token),
-        "",
-    );
-    assert_eq!(confirmed.status, 200, "confirm: {}", confirmed.text());
+    f.server.complete_payment(&payer, shop.id, amount, "");
 }
 
 fn settlement_body(wallet: u64, key: &str, extra: &str) -> String {

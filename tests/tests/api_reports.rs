@@ -50,15 +50,7 @@ fn payment(
     amount: &str,
     currency: &str,
 ) -> String {
-    let body = format!(
-        r#"{{"merchant_id": {merchant}, "wallet_id": {wallet}, "amount": {amount}, "currency_code": "{currency}"}}"#
-    );
-    let response = server.post("/v1/payments/initiate", Some(&payer.token), &body);
-    assert_eq!(response.status, 201, "initiate: {}", response.text());
-    response.json()["data"]["transaction_id"]
-        .as_str()
-        .expect("transaction_id")
-        .to_owned()
+    server.initiate_payment(&payer.token, wallet, merchant, amount, currency, "")
 }
 
 fn expect_ok(response: &Response, what: &str) -> Value {
