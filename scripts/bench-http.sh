@@ -77,9 +77,9 @@ OUT="$(cd "$OUT" && pwd)"
 WALLETD="$ROOT/target/release/walletd"
 LOAD="$ROOT/target/release/walletd-load"
 
-# Every command that matters is printed as it runs and kept in commands.txt.
-say() { printf '%s\n' "$*" | tee -a "$OUT/commands.txt" >&2; }
-run() { say "+ $*"; "$@"; }
+# Every command that matters is printed as it runs and kept in commands.txt (say, run).
+# shellcheck source=scripts/lib.sh
+. "$ROOT/scripts/lib.sh"
 
 PIDS=()
 DATA=""
@@ -89,10 +89,7 @@ cleanup() {
         kill -TERM "$pid" 2>/dev/null || true
     done
     for pid in "${PIDS[@]}"; do
-        # walletd drains and flushes on SIGTERM; give it a few seconds, then insist.
-        for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-        kill -KILL "$pid" 2>/dev/null || true
-        wait "$pid" 2>/dev/null || true
+        stop_pid "$pid" 50
     done
     if [ -n "$DATA" ]; then rm -rf "$DATA"; fi
 }
@@ -104,33 +101,13 @@ echo "== $(rustc --version 2>/dev/null || echo 'rustc ?'); load average: $(cut -
 echo "== results in $OUT"
 
 if [ "$BUILD" = 1 ]; then
-    # Two commands, not one: built together, cargo would unify hyper's features across api and
-    # walletd-benches and rebuild api with the client half it does not need.
-    run cargo build --release -p api --bin walletd
-    run cargo build --release -p walletd-benches --bin walletd-load
+    build_release
 fi
 
 # A data dir where fsync means something: not tmpfs.
-SCRATCH="${TMPDIR:-/tmp}"
-case "$(findmnt -n -o FSTYPE -T "$SCRATCH" 2>/dev/null || stat -f -c %T "$SCRATCH")" in
-    tmpfs|ramfs) SCRATCH="$ROOT/target/bench-scratch" ;;
-esac
-mkdir -p "$SCRATCH"
+SCRATCH="$(scratch_dir bench)"
 DATA="$(mktemp -d "$SCRATCH/walletd-bench-http.XXXXXX")"
 export WALLETD_ADMIN_PASSWORD="bench-$(od -An -N8 -tx1 /dev/urandom | tr -d ' \n')"
-
-# Waits for "... listening on http://ADDR" in $1 from process $2; prints ADDR.
-wait_address() {
-    local file="$1" pid="$2" address=""
-    for _ in $(seq 300); do
-        address="$(grep -o 'http://[0-9.:]*' "$file" 2>/dev/null | head -1 || true)"
-        if [ -n "$address" ]; then echo "$address"; return 0; fi
-        if ! kill -0 "$pid" 2>/dev/null; then break; fi
-        sleep 0.1
-    done
-    echo "bench-http.sh: no listening address in $file" >&2
-    return 1
-}
 
 say "+ WALLETD_DATA_DIR=$DATA WALLETD_FSYNC=$FSYNC WALLETD_RATE_LIMITS=off WALLETD_ADMIN_PASSWORD=$WALLETD_ADMIN_PASSWORD WALLETD_LOG=warn WALLETD_FEE_SCHEDULE=YER:2.5+1 $WALLETD serve --listen 127.0.0.1:0 &"
 WALLETD_DATA_DIR="$DATA" WALLETD_FSYNC="$FSYNC" WALLETD_RATE_LIMITS=off WALLETD_LOG=warn WALLETD_FEE_SCHEDULE=YER:2.5+1 \

@@ -88,8 +88,9 @@ OUT="$(cd "$OUT" && pwd)"
 WALLETD="$ROOT/target/release/walletd"
 LOAD="$ROOT/target/release/walletd-load"
 
-say() { printf '%s\n' "$*" | tee -a "$OUT/commands.txt" >&2; }
-run() { say "+ $*"; "$@"; }
+# say, run, build_release, scratch_dir, wait_address, stop_pid.
+# shellcheck source=scripts/lib.sh
+. "$ROOT/scripts/lib.sh"
 
 WALLETD_PID=""
 LOAD_PID=""
@@ -99,11 +100,7 @@ SCRATCH_DIRS=()
 cleanup() {
     local pid dir
     for pid in "$LOAD_PID" "$WALLETD_PID"; do
-        [ -n "$pid" ] || continue
-        kill -TERM "$pid" 2>/dev/null || true
-        for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-        kill -KILL "$pid" 2>/dev/null || true
-        wait "$pid" 2>/dev/null || true
+        stop_pid "$pid" 100
     done
     for dir in "${SCRATCH_DIRS[@]}"; do
         rm -rf "$dir"
@@ -116,34 +113,15 @@ echo "== drill: $(date -u +%Y-%m-%dT%H:%M:%SZ), seed $SEED, $RUNS runs, nproc $(
 echo "== results in $OUT"
 
 if [ "$BUILD" = 1 ]; then
-    # Two commands, as in bench-http.sh: built together, cargo would unify hyper's features
-    # across api and walletd-benches and rebuild api.
-    run cargo build --release -p api --bin walletd
-    run cargo build --release -p walletd-benches --bin walletd-load
+    build_release
 fi
 for binary in "$WALLETD" "$LOAD"; do
     [ -x "$binary" ] || { echo "drill.sh: $binary is missing (run without --no-build)" >&2; exit 2; }
 done
 
 # Data dirs where fsync means something: not tmpfs.
-SCRATCH="${TMPDIR:-/tmp}"
-case "$(findmnt -n -o FSTYPE -T "$SCRATCH" 2>/dev/null || stat -f -c %T "$SCRATCH")" in
-    tmpfs|ramfs) SCRATCH="$ROOT/target/drill-scratch" ;;
-esac
-mkdir -p "$SCRATCH"
+SCRATCH="$(scratch_dir drill)"
 export WALLETD_ADMIN_PASSWORD="drill-$(od -An -N8 -tx1 /dev/urandom | tr -d ' \n')"
-
-# Waits for "... listening on http://ADDR" in $1 from process $2; prints ADDR.
-wait_address() {
-    local file="$1" pid="$2" address=""
-    for _ in $(seq 600); do
-        address="$(grep -o 'http://[0-9.:]*' "$file" 2>/dev/null | head -1 || true)"
-        if [ -n "$address" ]; then echo "$address"; return 0; fi
-        if ! kill -0 "$pid" 2>/dev/null; then break; fi
-        sleep 0.1
-    done
-    return 1
-}
 
 # start_walletd DATA LISTEN LOGPREFIX: starts walletd in the background (WALLETD_PID).
 start_walletd() {
