@@ -1,5 +1,8 @@
 //! `walletd`: parses the command line and runs it (see `api::cli`).
 
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> std::process::ExitCode {
     match api::cli::main() {
         Ok(()) => std::process::ExitCode::SUCCESS,
