@@ -351,7 +351,11 @@ pub struct ChainCheck {
 
 /// Recomputes the chain and balances of `entries` (oldest first) of one wallet.
 #[must_use]
-pub fn check_chain(wallet_id: WalletId, currency: Currency, entries: &[LedgerEntry]) -> ChainCheck {
+pub fn check_chain<'a>(
+    wallet_id: WalletId,
+    currency: Currency,
+    entries: impl IntoIterator<Item = &'a LedgerEntry>,
+) -> ChainCheck {
     let mut prev = Hash::ZERO;
     let mut balance = Some(crate::money::zero(currency));
     let mut first_invalid = None;

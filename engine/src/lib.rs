@@ -60,6 +60,7 @@
 
 mod apply;
 mod apply_commerce;
+pub mod chunked;
 pub mod command;
 mod commerce;
 pub mod commerce_view;

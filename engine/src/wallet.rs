@@ -17,6 +17,7 @@
 use rust_decimal::Decimal;
 use serde::{Deserialize, Serialize};
 
+use crate::chunked::Chunked;
 use crate::currency::Currency;
 use crate::hold::{Hold, HoldStatus};
 use crate::ids::{EntryId, HoldId, TransactionId, Uuid, WalletId};
@@ -146,9 +147,9 @@ impl WalletStatus {
 pub struct History {
     pub(crate) meta: Option<Box<str>>,
     pub(crate) chain_head: Hash,
-    pub(crate) entries: Vec<LedgerEntry>,
-    pub(crate) transactions: Vec<Transaction>,
-    pub(crate) holds: Vec<Hold>,
+    pub(crate) entries: Chunked<LedgerEntry>,
+    pub(crate) transactions: Chunked<Transaction>,
+    pub(crate) holds: Chunked<Hold>,
 }
 
 /// One wallet or system account.
@@ -268,22 +269,24 @@ impl Wallet {
     }
     /// Ledger entries, oldest first.
     #[must_use]
-    pub fn entries(&self) -> &[LedgerEntry] {
+    pub fn entries(&self) -> &Chunked<LedgerEntry> {
         self.history
             .as_ref()
-            .map_or(&[], |history| &history.entries)
+            .map_or(Chunked::empty(), |history| &history.entries)
     }
     /// Transactions, oldest first.
     #[must_use]
-    pub fn transactions(&self) -> &[Transaction] {
+    pub fn transactions(&self) -> &Chunked<Transaction> {
         self.history
             .as_ref()
-            .map_or(&[], |history| &history.transactions)
+            .map_or(Chunked::empty(), |history| &history.transactions)
     }
     /// Holds in every state, oldest first.
     #[must_use]
-    pub fn holds(&self) -> &[Hold] {
-        self.history.as_ref().map_or(&[], |history| &history.holds)
+    pub fn holds(&self) -> &Chunked<Hold> {
+        self.history
+            .as_ref()
+            .map_or(Chunked::empty(), |history| &history.holds)
     }
     /// Whether the boxed history has been allocated (false for an idle wallet).
     #[must_use]
@@ -293,29 +296,18 @@ impl Wallet {
 
     #[must_use]
     pub fn entry(&self, id: EntryId) -> Option<&LedgerEntry> {
-        let entries = self.entries();
-        entries
-            .binary_search_by_key(&id, |entry| entry.id)
-            .ok()
-            .and_then(|index| entries.get(index))
+        self.entries().find_by_key(&id, |entry| entry.id)
     }
 
     #[must_use]
     pub fn transaction(&self, id: TransactionId) -> Option<&Transaction> {
-        let transactions = self.transactions();
-        transactions
-            .binary_search_by_key(&id, |transaction| transaction.id)
-            .ok()
-            .and_then(|index| transactions.get(index))
+        self.transactions()
+            .find_by_key(&id, |transaction| transaction.id)
     }
 
     #[must_use]
     pub fn hold(&self, id: HoldId) -> Option<&Hold> {
-        let holds = self.holds();
-        holds
-            .binary_search_by_key(&id, |hold| hold.id)
-            .ok()
-            .and_then(|index| holds.get(index))
+        self.holds().find_by_key(&id, |hold| hold.id)
     }
 
     pub(crate) fn history_mut(&mut self) -> &mut History {
@@ -323,23 +315,24 @@ impl Wallet {
     }
 
     pub(crate) fn entry_mut(&mut self, id: EntryId) -> Option<&mut LedgerEntry> {
-        let entries = &mut self.history.as_mut()?.entries;
-        let index = entries.binary_search_by_key(&id, |entry| entry.id).ok()?;
-        entries.get_mut(index)
+        self.history
+            .as_mut()?
+            .entries
+            .find_by_key_mut(&id, |entry| entry.id)
     }
 
     pub(crate) fn transaction_mut(&mut self, id: TransactionId) -> Option<&mut Transaction> {
-        let transactions = &mut self.history.as_mut()?.transactions;
-        let index = transactions
-            .binary_search_by_key(&id, |transaction| transaction.id)
-            .ok()?;
-        transactions.get_mut(index)
+        self.history
+            .as_mut()?
+            .transactions
+            .find_by_key_mut(&id, |transaction| transaction.id)
     }
 
     pub(crate) fn hold_mut(&mut self, id: HoldId) -> Option<&mut Hold> {
-        let holds = &mut self.history.as_mut()?.holds;
-        let index = holds.binary_search_by_key(&id, |hold| hold.id).ok()?;
-        holds.get_mut(index)
+        self.history
+            .as_mut()?
+            .holds
+            .find_by_key_mut(&id, |hold| hold.id)
     }
 
     /// Sum of active holds, recomputed (`None` on overflow).
