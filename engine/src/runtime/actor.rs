@@ -6,11 +6,13 @@
 //!
 //! A command runs in three steps, all inside one handler call so nothing interleaves:
 //! decide and apply in memory; hand the encoded [`JournalEntry`] to the WAL (which assigns its LSN
-//! and fixes the shard's order); then return a future that resolves only when that LSN is
-//! durable. The shard goes on to the next command while earlier ones await their fsync
-//! (pipelining), but no answer escapes early. Reads and rejections also wait for every record the
-//! shard had appended when it computed them (`last_lsn`), so no response shows state that is not
-//! yet durable (ARCHITECTURE.md invariants 1 and 2).
+//! and fixes the shard's order); then answer at once with a [`Durable`]: the result sealed with the
+//! WAL ticket of that LSN, which only the ticket's resolution opens. The shard goes on to the next
+//! command while earlier ones await their fsync (pipelining), and the caller awaits the ticket on
+//! its own thread, so the log's wake-up reaches the caller directly instead of passing back
+//! through the shard's thread. No answer escapes early: reads and rejections are sealed with the
+//! ticket of every record the shard had appended when it computed them (`last_lsn`), so no
+//! response shows state that is not yet durable (ARCHITECTURE.md invariants 1 and 2).
 //!
 //! If the WAL refuses an append after the state was changed in memory (it was poisoned), the
 //! shard's memory is ahead of its log; the shard then refuses everything until the process
@@ -21,7 +23,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use actix::{Actor, AsyncContext, Context as ActorContext, Handler, Message, ResponseFuture};
+use actix::{Actor, AsyncContext, Context as ActorContext, Handler, Message};
 
 use super::clock::Clock;
 use super::idempotency::IdempotencyTable;
@@ -75,14 +77,34 @@ pub struct Executed {
 }
 
 impl Message for Execute {
-    type Result = Result<Executed, EngineError>;
+    type Result = Result<Durable<Executed>, EngineError>;
+}
+
+/// A shard's answer that may be shown only once the log is durable up to what it depends on.
+///
+/// The value is reachable only through [`Durable::wait`], which resolves when the ticket does, so
+/// a caller cannot render state ahead of the log by mistake.
+#[must_use = "an answer is valid only once its records are durable: call wait"]
+pub struct Durable<T> {
+    value: T,
+    ticket: wal::Append,
+}
+
+impl<T> Durable<T> {
+    /// The value once every record it depends on is durable; `Unavailable` if the log failed.
+    pub async fn wait(self) -> Result<T, EngineError> {
+        self.ticket
+            .await
+            .map_err(|e| EngineError::Unavailable(e.to_string()))?;
+        Ok(self.value)
+    }
 }
 
 /// Read the shard's state; answered once everything the shard had appended is durable.
 pub struct Read<R>(pub Box<dyn FnOnce(&Shard) -> R + Send>);
 
 impl<R: Send + 'static> Message for Read<R> {
-    type Result = Result<R, EngineError>;
+    type Result = Result<Durable<R>, EngineError>;
 }
 
 /// Change the directory (shard 0 only).
@@ -92,14 +114,14 @@ pub struct ExecuteDirectory {
 }
 
 impl Message for ExecuteDirectory {
-    type Result = Result<Result<DirectoryEvent, Rejection>, EngineError>;
+    type Result = Result<Durable<Result<DirectoryEvent, Rejection>>, EngineError>;
 }
 
 /// Read the directory (shard 0 only); answered once what it shows is durable.
 pub struct ReadDirectory<R>(pub Box<dyn FnOnce(&Directory) -> R + Send>);
 
 impl<R: Send + 'static> Message for ReadDirectory<R> {
-    type Result = Result<R, EngineError>;
+    type Result = Result<Durable<R>, EngineError>;
 }
 
 /// Read facts that never change once written (a wallet's owner, business and currency; which
@@ -158,15 +180,12 @@ impl ShardActor {
         EngineError::Unavailable(reason)
     }
 
-    /// Waits until every record this shard appended so far is durable, then yields `value`.
-    fn after_durable<T: Send + 'static>(&self, value: T) -> ResponseFuture<Result<T, EngineError>> {
-        let ticket = self.wal.wait_for(self.last_lsn);
-        Box::pin(async move {
-            ticket
-                .await
-                .map_err(|e| EngineError::Unavailable(e.to_string()))?;
-            Ok(value)
-        })
+    /// `value`, to be shown once every record this shard appended so far is durable.
+    fn after_durable<T>(&self, value: T) -> Durable<T> {
+        Durable {
+            value,
+            ticket: self.wal.wait_for(self.last_lsn),
+        }
     }
 
     /// Decide, apply, log. Returns the result and, when something was logged, the WAL ticket.
@@ -276,33 +295,28 @@ impl Actor for ShardActor {
 }
 
 impl Handler<Execute> for ShardActor {
-    type Result = ResponseFuture<Result<Executed, EngineError>>;
+    type Result = Result<Durable<Executed>, EngineError>;
 
     fn handle(&mut self, message: Execute, _: &mut Self::Context) -> Self::Result {
-        match self.run(message) {
-            Err(error) => Box::pin(std::future::ready(Err(error))),
-            Ok((executed, None)) => self.after_durable(executed),
-            Ok((executed, Some(ticket))) => Box::pin(async move {
-                ticket
-                    .await
-                    .map_err(|e| EngineError::Unavailable(e.to_string()))?;
-                Ok(executed)
+        match self.run(message)? {
+            (executed, None) => Ok(self.after_durable(executed)),
+            (executed, Some(ticket)) => Ok(Durable {
+                value: executed,
+                ticket,
             }),
         }
     }
 }
 
 impl<R: Send + 'static> Handler<Read<R>> for ShardActor {
-    type Result = ResponseFuture<Result<R, EngineError>>;
+    type Result = Result<Durable<R>, EngineError>;
 
     fn handle(&mut self, read: Read<R>, _: &mut Self::Context) -> Self::Result {
         if let Some(reason) = &self.failed {
-            return Box::pin(std::future::ready(Err(EngineError::Unavailable(
-                reason.clone(),
-            ))));
+            return Err(EngineError::Unavailable(reason.clone()));
         }
         let value = (read.0)(&self.shard);
-        self.after_durable(value)
+        Ok(self.after_durable(value))
     }
 }
 
@@ -318,31 +332,28 @@ impl<R: Send + 'static> Handler<Peek<R>> for ShardActor {
 }
 
 impl Handler<ExecuteDirectory> for ShardActor {
-    type Result = ResponseFuture<Result<Result<DirectoryEvent, Rejection>, EngineError>>;
+    type Result = Result<Durable<Result<DirectoryEvent, Rejection>>, EngineError>;
 
     fn handle(&mut self, message: ExecuteDirectory, _: &mut Self::Context) -> Self::Result {
-        let refuse =
-            |error: EngineError| -> Self::Result { Box::pin(std::future::ready(Err(error))) };
         if let Some(reason) = &self.failed {
-            return refuse(EngineError::Unavailable(reason.clone()));
+            return Err(EngineError::Unavailable(reason.clone()));
         }
         let Some(directory) = self.directory.as_mut() else {
-            return refuse(EngineError::Unavailable(
+            return Err(EngineError::Unavailable(
                 "the directory lives on shard 0".into(),
             ));
         };
         let events = match directory.decide(&message.command, message.context.now_ms) {
             Ok(events) => events,
-            Err(rejection) => return self.after_durable(Err(rejection)),
+            Err(rejection) => return Ok(self.after_durable(Err(rejection))),
         };
         for event in &events {
             if let Err(error) = directory.apply(event) {
-                let error = self.fail(format!("applying a directory event failed: {error}"));
-                return refuse(error);
+                return Err(self.fail(format!("applying a directory event failed: {error}")));
             }
         }
         let Some(created) = events.first().cloned() else {
-            return refuse(EngineError::Unavailable(
+            return Err(EngineError::Unavailable(
                 "the directory decided nothing".into(),
             ));
         };
@@ -355,37 +366,30 @@ impl Handler<ExecuteDirectory> for ShardActor {
         match self.wal.append(entry.encode()) {
             Ok(ticket) => {
                 self.last_lsn = ticket.lsn();
-                Box::pin(async move {
-                    ticket
-                        .await
-                        .map_err(|e| EngineError::Unavailable(e.to_string()))?;
-                    Ok(Ok(created))
+                Ok(Durable {
+                    value: Ok(created),
+                    ticket,
                 })
             }
-            Err(error) => {
-                let error = self.fail(format!("the write-ahead log refused a record: {error}"));
-                refuse(error)
-            }
+            Err(error) => Err(self.fail(format!("the write-ahead log refused a record: {error}"))),
         }
     }
 }
 
 impl<R: Send + 'static> Handler<ReadDirectory<R>> for ShardActor {
-    type Result = ResponseFuture<Result<R, EngineError>>;
+    type Result = Result<Durable<R>, EngineError>;
 
     fn handle(&mut self, read: ReadDirectory<R>, _: &mut Self::Context) -> Self::Result {
         if let Some(reason) = &self.failed {
-            return Box::pin(std::future::ready(Err(EngineError::Unavailable(
-                reason.clone(),
-            ))));
+            return Err(EngineError::Unavailable(reason.clone()));
         }
         let Some(directory) = self.directory.as_ref() else {
-            return Box::pin(std::future::ready(Err(EngineError::Unavailable(
+            return Err(EngineError::Unavailable(
                 "the directory lives on shard 0".into(),
-            ))));
+            ));
         };
         let value = (read.0)(directory);
-        self.after_durable(value)
+        Ok(self.after_durable(value))
     }
 }
 

@@ -157,7 +157,14 @@ struct Inner {
     actors: Mutex<Option<JoinHandle<()>>>,
     /// Records appended at the last snapshot, to trigger the next.
     snapshot_state: Mutex<SnapshotState>,
+    /// Wallet scopes already looked up. They never change once a wallet exists (wallets are
+    /// never deleted), so a permission check needs no trip to the shard's thread after the first
+    /// one: on the hot paths that trip was a second cross-thread round trip per request.
+    wallet_scopes: dashmap::DashMap<WalletId, WalletScope>,
 }
+
+/// Most wallet scopes remembered; past it the cache starts over (a full cache costs ~64 MiB).
+const WALLET_SCOPES_MAX: usize = 1 << 20;
 
 impl Inner {
     /// Stops the actor system, then flushes and closes the log. Idempotent.
@@ -423,8 +430,22 @@ impl Engine {
         &self,
         wallet_id: WalletId,
     ) -> Result<Option<WalletScope>, EngineError> {
+        if let Some(scope) = self.inner.wallet_scopes.get(&wallet_id) {
+            return Ok(Some(*scope));
+        }
         let peek = move |s: &Shard| s.wallet(wallet_id).map(WalletScope::of);
-        self.peek_shard(self.shard_of_wallet(wallet_id), peek).await
+        let scope = self
+            .peek_shard(self.shard_of_wallet(wallet_id), peek)
+            .await?;
+        // Only a wallet that exists is remembered: an unknown id may be created later.
+        if let Some(scope) = scope {
+            let scopes = &self.inner.wallet_scopes;
+            if scopes.len() >= WALLET_SCOPES_MAX {
+                scopes.clear();
+            }
+            scopes.insert(wallet_id, scope);
+        }
+        Ok(scope)
     }
 
     /// Like [`Engine::read_shard`] but without waiting for durability: for routing and permission
@@ -447,7 +468,11 @@ impl Engine {
         F: FnOnce(&Shard) -> R + Send + 'static,
     {
         let addr = self.addr(shard)?;
-        addr.send(Read(Box::new(read))).await.map_err(unavailable)?
+        addr.send(Read(Box::new(read)))
+            .await
+            .map_err(unavailable)??
+            .wait()
+            .await
     }
 
     /// Reads every shard with the same function, in shard order.
@@ -486,7 +511,9 @@ impl Engine {
             .addr(shard)?
             .send(message)
             .await
-            .map_err(unavailable)??;
+            .map_err(unavailable)??
+            .wait()
+            .await?;
         self.maybe_snapshot();
         Ok(executed)
     }
@@ -763,6 +790,8 @@ impl Engine {
                 .send(message)
                 .await
                 .map_err(unavailable)??
+                .wait()
+                .await?
                 .map_err(EngineError::Rejected)
         })
         .await
@@ -777,7 +806,9 @@ impl Engine {
         self.addr(0)?
             .send(ReadDirectory(Box::new(read)))
             .await
-            .map_err(unavailable)?
+            .map_err(unavailable)??
+            .wait()
+            .await
     }
 
     /// Registers a customer and opens their primary wallet (`currency`, owned by the platform

@@ -458,6 +458,7 @@ fn start(
             config,
             system,
             actors: Mutex::new(Some(handle)),
+            wallet_scopes: dashmap::DashMap::new(),
             snapshot_state: Mutex::new(SnapshotState {
                 last_lsn,
                 running: false,
