@@ -207,10 +207,17 @@ pub(crate) struct Shared {
     waiters: Mutex<Waiters>,
     segments: Mutex<Vec<(u64, PathBuf)>>,
     pub(crate) stats: Stats,
-    /// Hands ready wakers to the notifier thread, so the writer's next write does not wait
-    /// for one `unpark` syscall per appender (they measured ~1 ms a round at 256 appenders).
+    /// Hands large batches of ready wakers to the notifier thread, so the writer's next write
+    /// does not wait for one `unpark` syscall per appender (they measured ~1 ms a round at 256
+    /// appenders). Small batches are woken inline (see [`INLINE_WAKES_MAX`]).
     notifier: Option<crossbeam_channel::Sender<Vec<Waker>>>,
 }
+
+/// Most wakers the writer wakes itself after a sync; more go to the notifier thread. Under HTTP
+/// load a sync makes ~10 tasks durable and waking a tokio task is a queue push (one unpark at
+/// most), so the handoff to the notifier cost more than it saved: ~2 µs of server CPU per
+/// request (BENCHMARKS.md, "Where the time goes").
+const INLINE_WAKES_MAX: usize = 32;
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     // A panic while holding one of these locks cannot leave the data half-updated (each critical
@@ -250,16 +257,19 @@ impl Shared {
         if ready.is_empty() {
             return;
         }
-        // Wake outside the lock, on the notifier thread when it has room; inline otherwise.
+        // Wake outside the lock. A few wakers are woken here: that costs less than handing them
+        // to another thread. Many (thread-parking appenders pay a syscall each) go to the
+        // notifier thread when it has room, so the next write need not wait for them.
+        let inline = ready.len() <= INLINE_WAKES_MAX;
         let ready = match &self.notifier {
-            Some(notifier) => match notifier.try_send(ready) {
+            Some(notifier) if !inline => match notifier.try_send(ready) {
                 Ok(()) => return,
                 Err(
                     crossbeam_channel::TrySendError::Full(ready)
                     | crossbeam_channel::TrySendError::Disconnected(ready),
                 ) => ready,
             },
-            None => ready,
+            _ => ready,
         };
         for waker in ready {
             waker.wake();
