@@ -1,20 +1,24 @@
 #!/usr/bin/env bash
 # walletd over HTTP against a bare hyper server, on this machine, in one run.
 #
-# Builds the release binaries, starts walletd on a fresh data dir (fsync always, rate limits off,
-# a throwaway admin password, WALLETD_LOG=warn) and the bare hyper baseline
-# (`walletd-load baseline-server`), then drives each with walletd-load: deposits only,
-# transfers only and payments only, at --connections (64) for --duration (20) seconds each,
-# walletd and baseline interleaved so both see the same machine. Prints a side-by-side table with walletd/baseline
-# ratios, each run's ledger audit, and the exact commands. Everything it starts is stopped on
-# exit (trap EXIT).
+# Builds the release binaries, starts the bare hyper baseline (`walletd-load baseline-server`),
+# then drives walletd and the baseline with walletd-load: deposits only, transfers only and
+# payments only, at --connections (64) for --duration (20) seconds each, walletd and baseline
+# interleaved so both see the same machine. Each walletd run gets its own walletd on a fresh data
+# dir (fsync always, rate limits off, a throwaway admin password, WALLETD_LOG=warn), so every
+# run starts from the same state, as the stateless baseline does. Prints a side-by-side table
+# with walletd/baseline ratios, each run's ledger audit, and the exact commands. Everything it
+# starts is stopped on exit (trap EXIT).
 #
 #   scripts/bench-http.sh [--duration S] [--warmup S] [--connections N] [--wallets N]
 #                         [--connections-sweep 1,4,16,64,256] [--sweep-duration S]
 #                         [--mixes "deposit=100 transfer=100 payment=100"] [--fund AMOUNT]
 #                         [--perf S] [--client raw|hyper] [--fsync always|never] [--out DIR]
-#                         [--no-build]
+#                         [--same-server] [--no-build]
 #
+# --same-server: one walletd for all runs instead. History then accumulates from run to run, and
+#   walletd's periodic snapshot (every 1M log records) lands inside later runs: this measures
+#   requests while a snapshot is written (see BENCHMARKS.md).
 # --connections-sweep: also run both mixes against both servers at each connection count, record
 #   throughput and latency in DIR/sweep.csv (one row per run) and plot them to DIR/sweep.svg
 #   with scripts/plot-sweep.py.
@@ -46,8 +50,9 @@ CLIENT=raw
 FSYNC=always
 OUT=""
 BUILD=1
+SAME_SERVER=0
 
-usage() { sed -n '2,31p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,35p' "$0" | sed 's/^# \{0,1\}//'; }
 
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -64,6 +69,7 @@ while [ $# -gt 0 ]; do
         --fsync) FSYNC="$2"; shift 2 ;;
         --out) OUT="$2"; shift 2 ;;
         --no-build) BUILD=0; shift ;;
+        --same-server) SAME_SERVER=1; shift ;;
         -h|--help) usage; exit 0 ;;
         *) echo "bench-http.sh: unknown argument $1" >&2; usage >&2; exit 2 ;;
     esac
@@ -83,6 +89,7 @@ LOAD="$ROOT/target/release/walletd-load"
 
 PIDS=()
 DATA=""
+WALLETD_PID=""
 cleanup() {
     local pid
     for pid in "${PIDS[@]}"; do
@@ -106,16 +113,24 @@ fi
 
 # A data dir where fsync means something: not tmpfs.
 SCRATCH="$(scratch_dir bench)"
-DATA="$(mktemp -d "$SCRATCH/walletd-bench-http.XXXXXX")"
 export WALLETD_ADMIN_PASSWORD="bench-$(od -An -N8 -tx1 /dev/urandom | tr -d ' \n')"
 
-say "+ WALLETD_DATA_DIR=$DATA WALLETD_FSYNC=$FSYNC WALLETD_RATE_LIMITS=off WALLETD_ADMIN_PASSWORD=$WALLETD_ADMIN_PASSWORD WALLETD_LOG=warn WALLETD_FEE_SCHEDULE=YER:2.5+1 $WALLETD serve --listen 127.0.0.1:0 &"
-WALLETD_DATA_DIR="$DATA" WALLETD_FSYNC="$FSYNC" WALLETD_RATE_LIMITS=off WALLETD_LOG=warn WALLETD_FEE_SCHEDULE=YER:2.5+1 \
-    "$WALLETD" serve --listen 127.0.0.1:0 >"$OUT/walletd.out" 2>"$OUT/walletd.err" &
-WALLETD_PID=$!
-PIDS+=("$WALLETD_PID")
-WALLETD_URL="$(wait_address "$OUT/walletd.out" "$WALLETD_PID")"
-echo "== walletd (pid $WALLETD_PID) on $WALLETD_URL, data dir $DATA ($(findmnt -n -o FSTYPE -T "$DATA" 2>/dev/null || echo '?'))"
+# start_walletd NAME: stops the previous walletd, if any, and starts a new one on a fresh data
+# dir; sets WALLETD_PID and WALLETD_URL. Its output goes to $OUT/NAME.server.{out,err}.
+start_walletd() {
+    local name="$1"
+    if [ -n "$WALLETD_PID" ]; then stop_pid "$WALLETD_PID" 100; fi
+    if [ -n "$DATA" ]; then rm -rf "$DATA"; fi
+    DATA="$(mktemp -d "$SCRATCH/walletd-bench-http.XXXXXX")"
+    say "+ WALLETD_DATA_DIR=$DATA WALLETD_FSYNC=$FSYNC WALLETD_RATE_LIMITS=off WALLETD_ADMIN_PASSWORD=$WALLETD_ADMIN_PASSWORD WALLETD_LOG=warn WALLETD_FEE_SCHEDULE=YER:2.5+1 $WALLETD serve --listen 127.0.0.1:0 &"
+    WALLETD_DATA_DIR="$DATA" WALLETD_FSYNC="$FSYNC" WALLETD_RATE_LIMITS=off WALLETD_LOG=warn WALLETD_FEE_SCHEDULE=YER:2.5+1 \
+        "$WALLETD" serve --listen 127.0.0.1:0 >"$OUT/$name.server.out" 2>"$OUT/$name.server.err" &
+    WALLETD_PID=$!
+    PIDS+=("$WALLETD_PID")
+    WALLETD_URL="$(wait_address "$OUT/$name.server.out" "$WALLETD_PID")"
+    echo "== walletd (pid $WALLETD_PID) on $WALLETD_URL, data dir $DATA ($(findmnt -n -o FSTYPE -T "$DATA" 2>/dev/null || echo '?'))"
+}
+if [ "$SAME_SERVER" = 1 ]; then start_walletd shared; fi
 
 say "+ $LOAD baseline-server --listen 127.0.0.1:0 --workers 2 &"
 "$LOAD" baseline-server --listen 127.0.0.1:0 --workers 2 >"$OUT/baseline.out" 2>"$OUT/baseline.err" &
@@ -130,6 +145,7 @@ load() {
     local name="$1" target="$2" mix="$3" connections="$4" duration="$5" csv="$6"
     local where pid rc=0
     if [ "$target" = walletd ]; then
+        if [ "$SAME_SERVER" = 0 ]; then start_walletd "$name"; fi
         where=(--url "$WALLETD_URL" --fund "$FUND"); pid="$WALLETD_PID"
     else
         where=(--baseline "$BASELINE_URL"); pid="$BASELINE_PID"
@@ -167,6 +183,7 @@ if [ -n "$SWEEP" ]; then
 fi
 
 if [ "$PERF_SECONDS" != 0 ]; then
+    if [ "$SAME_SERVER" = 0 ]; then start_walletd perf; fi
     echo "== profiling walletd (pid $WALLETD_PID) under transfers for $PERF_SECONDS s" >&2
     say "+ $LOAD --url $WALLETD_URL --mix transfer=100 --connections $CONNECTIONS --duration $((PERF_SECONDS + 4)) &"
     "$LOAD" --url "$WALLETD_URL" --mix transfer=100 --connections "$CONNECTIONS" --wallets "$WALLETS" \
