@@ -85,6 +85,24 @@ pub struct EngineConfig {
     pub hold_tick: Duration,
     /// Take a snapshot after this many records since the last one (0: only on demand).
     pub snapshot_every_records: u64,
+    /// What the WAL writes through: the real file system, or a test's (to hold back fsyncs).
+    pub file_system: WalFileSystem,
+}
+
+/// The file system under the WAL (see [`EngineConfig::file_system`]).
+#[derive(Clone)]
+pub struct WalFileSystem(pub Arc<dyn wal::fs::FileSystem>);
+
+impl Default for WalFileSystem {
+    fn default() -> Self {
+        WalFileSystem(Arc::new(wal::fs::StdFs))
+    }
+}
+
+impl std::fmt::Debug for WalFileSystem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("WalFileSystem")
+    }
 }
 
 impl EngineConfig {
@@ -98,6 +116,7 @@ impl EngineConfig {
             mailbox_capacity: 4096,
             hold_tick: Duration::from_secs(1),
             snapshot_every_records: 1_000_000,
+            file_system: WalFileSystem::default(),
         }
     }
 

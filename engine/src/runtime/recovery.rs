@@ -139,7 +139,7 @@ pub(crate) fn open(
     let replay_from = state.replay_from();
     let mut visit = |record: wal::RecordRef<'_>| state.apply(record);
     let (wal, recovered) = wal::Wal::open_with(
-        Arc::new(wal::fs::StdFs),
+        config.file_system.0.clone(),
         &dir,
         config.wal.clone(),
         replay_from,
