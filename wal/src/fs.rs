@@ -8,7 +8,7 @@ use std::fs::{File, OpenOptions};
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 /// One open file of the log: positioned reads and writes only, so no shared cursor exists.
 pub trait WalFile: Send + Sync {
@@ -121,20 +121,57 @@ impl FileSystem for StdFs {
     }
 }
 
-/// Wraps [`StdFs`] and fails chosen operations, for tests of error handling.
+/// Wraps [`StdFs`] and fails or holds back chosen operations, for tests of error handling and
+/// of what may happen before a record is durable.
 ///
 /// `fail_sync_after(n)` lets `n` data syncs succeed, then fails every later one;
-/// `fail_write_after(n)` does the same for writes. Counters are shared by every file it opens.
-#[derive(Clone, Default)]
+/// `fail_write_after(n)` does the same for writes. `hold_segment_syncs(true)` makes every data
+/// sync of a segment file wait until `hold_segment_syncs(false)` (the preallocator's spare and
+/// snapshots are not held). Counters are shared by every file it opens.
+#[derive(Clone)]
 pub struct FaultyFs {
     faults: Arc<Faults>,
 }
 
-#[derive(Default)]
+impl Default for FaultyFs {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 struct Faults {
     syncs_left: AtomicU64,
     writes_left: AtomicU64,
     syncs_seen: AtomicU64,
+    gate: Mutex<Gate>,
+    gate_changed: Condvar,
+}
+
+#[derive(Default)]
+struct Gate {
+    held: bool,
+    /// Segment syncs waiting at the gate now.
+    waiting: usize,
+}
+
+impl Faults {
+    fn pass_gate(&self) {
+        let mut gate = lock_gate(&self.gate);
+        gate.waiting += 1;
+        self.gate_changed.notify_all();
+        while gate.held {
+            gate = self
+                .gate_changed
+                .wait(gate)
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+        }
+        gate.waiting -= 1;
+    }
+}
+
+fn lock_gate(gate: &Mutex<Gate>) -> MutexGuard<'_, Gate> {
+    gate.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 impl FaultyFs {
@@ -144,6 +181,8 @@ impl FaultyFs {
             syncs_left: AtomicU64::new(u64::MAX),
             writes_left: AtomicU64::new(u64::MAX),
             syncs_seen: AtomicU64::new(0),
+            gate: Mutex::new(Gate::default()),
+            gate_changed: Condvar::new(),
         };
         FaultyFs {
             faults: Arc::new(faults),
@@ -164,6 +203,36 @@ impl FaultyFs {
     pub fn syncs_seen(&self) -> u64 {
         self.faults.syncs_seen.load(Ordering::SeqCst)
     }
+
+    /// While `held`, every data sync of a segment file waits; releasing lets them all through.
+    pub fn hold_segment_syncs(&self, held: bool) {
+        lock_gate(&self.faults.gate).held = held;
+        self.faults.gate_changed.notify_all();
+    }
+
+    /// Blocks until a segment sync is waiting at the gate (see [`FaultyFs::hold_segment_syncs`]).
+    pub fn wait_for_a_held_sync(&self) {
+        let mut gate = lock_gate(&self.faults.gate);
+        while gate.waiting == 0 {
+            gate = self
+                .faults
+                .gate_changed
+                .wait(gate)
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+        }
+    }
+
+    fn wrap(&self, path: &Path, file: Box<dyn WalFile>) -> Box<dyn WalFile> {
+        // `N.wal`, and `N.wal.tmp` while the first segment is prepared.
+        let segment = path
+            .file_name()
+            .is_some_and(|name| name.to_string_lossy().contains(".wal"));
+        Box::new(FaultyFile {
+            file,
+            faults: self.faults.clone(),
+            segment,
+        })
+    }
 }
 
 fn take(counter: &AtomicU64) -> bool {
@@ -175,6 +244,7 @@ fn take(counter: &AtomicU64) -> bool {
 struct FaultyFile {
     file: Box<dyn WalFile>,
     faults: Arc<Faults>,
+    segment: bool,
 }
 
 impl WalFile for FaultyFile {
@@ -191,6 +261,9 @@ impl WalFile for FaultyFile {
     }
 
     fn sync_data(&self) -> io::Result<()> {
+        if self.segment {
+            self.faults.pass_gate();
+        }
         self.faults.syncs_seen.fetch_add(1, Ordering::SeqCst);
         if !take(&self.faults.syncs_left) {
             return Err(io::Error::other("injected fdatasync failure"));
@@ -208,11 +281,7 @@ impl WalFile for FaultyFile {
 
 impl FileSystem for FaultyFs {
     fn create(&self, path: &Path) -> io::Result<Box<dyn WalFile>> {
-        let file = StdFs.create(path)?;
-        Ok(Box::new(FaultyFile {
-            file,
-            faults: self.faults.clone(),
-        }))
+        Ok(self.wrap(path, StdFs.create(path)?))
     }
 
     fn create_dir_all(&self, path: &Path) -> io::Result<()> {
@@ -224,11 +293,7 @@ impl FileSystem for FaultyFs {
     }
 
     fn open(&self, path: &Path) -> io::Result<Box<dyn WalFile>> {
-        let file = StdFs.open(path)?;
-        Ok(Box::new(FaultyFile {
-            file,
-            faults: self.faults.clone(),
-        }))
+        Ok(self.wrap(path, StdFs.open(path)?))
     }
 
     fn read(&self, path: &Path) -> io::Result<Vec<u8>> {

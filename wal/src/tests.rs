@@ -430,6 +430,38 @@ fn write_failure_poisons_the_log() {
     assert!(matches!(err, Error::Poisoned { .. }), "{err}");
 }
 
+/// Invariant 1 at the log's edge: an append is not durable, and its ticket does not resolve,
+/// while its segment's fdatasync is held back; letting the sync through resolves it.
+#[test]
+fn an_append_resolves_only_after_its_segment_sync() {
+    let dir = tempfile::tempdir().unwrap();
+    let fs = FaultyFs::new();
+    let (wal, _) = Wal::open_with(
+        Arc::new(fs.clone()),
+        dir.path(),
+        small_options(),
+        u64::MAX,
+        &mut |_| Ok(()),
+    )
+    .unwrap();
+    fill(&wal, 1, 3, |_| 10);
+    fs.hold_segment_syncs(true);
+    let ticket = wal.append(vec![7; 10]).unwrap();
+    let lsn = ticket.lsn();
+    fs.wait_for_a_held_sync();
+    // The record is written and its sync has begun, but is held: not durable yet.
+    assert!(
+        wal.durable_lsn() < lsn,
+        "durable {} >= {lsn}",
+        wal.durable_lsn()
+    );
+    let waiter = std::thread::spawn(move || ticket.wait());
+    assert!(!waiter.is_finished());
+    fs.hold_segment_syncs(false);
+    assert_eq!(waiter.join().unwrap().unwrap(), lsn);
+    assert!(wal.durable_lsn() >= lsn);
+}
+
 #[test]
 fn concurrent_appenders_share_syncs_and_every_ack_is_durable() {
     let dir = tempfile::tempdir().unwrap();
