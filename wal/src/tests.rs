@@ -377,19 +377,25 @@ fn a_half_created_segment_from_a_crash_is_removed() {
     assert_eq!(wal.append(vec![7]).unwrap().wait().unwrap(), 4);
 }
 
-#[test]
-fn fsync_failure_poisons_the_log_and_is_never_retried() {
-    let dir = tempfile::tempdir().unwrap();
+/// A log on a [`FaultyFs`] in `dir` holding records 1 to 3, durable.
+fn open_faulty_with_three_records(dir: &Path) -> (Wal, FaultyFs) {
     let fs = FaultyFs::new();
     let (wal, _) = Wal::open_with(
         Arc::new(fs.clone()),
-        dir.path(),
+        dir,
         small_options(),
         u64::MAX,
         &mut |_| Ok(()),
     )
     .unwrap();
     fill(&wal, 1, 3, |_| 10);
+    (wal, fs)
+}
+
+#[test]
+fn fsync_failure_poisons_the_log_and_is_never_retried() {
+    let dir = tempfile::tempdir().unwrap();
+    let (wal, fs) = open_faulty_with_three_records(dir.path());
     fs.fail_sync_after(0);
     let err = wal.append(vec![1]).unwrap().wait().err().unwrap();
     assert!(matches!(err, Error::Poisoned { .. }), "{err}");
@@ -435,16 +441,7 @@ fn write_failure_poisons_the_log() {
 #[test]
 fn an_append_resolves_only_after_its_segment_sync() {
     let dir = tempfile::tempdir().unwrap();
-    let fs = FaultyFs::new();
-    let (wal, _) = Wal::open_with(
-        Arc::new(fs.clone()),
-        dir.path(),
-        small_options(),
-        u64::MAX,
-        &mut |_| Ok(()),
-    )
-    .unwrap();
-    fill(&wal, 1, 3, |_| 10);
+    let (wal, fs) = open_faulty_with_three_records(dir.path());
     fs.hold_segment_syncs(true);
     let ticket = wal.append(vec![7; 10]).unwrap();
     let lsn = ticket.lsn();
