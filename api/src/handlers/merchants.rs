@@ -61,7 +61,7 @@ pub async fn authorized_merchant(
     // Existence first: an unknown merchant is 404 for everyone (business ids are not secret).
     let is_merchant = app
         .engine
-        .read_directory(move |d| d.business(merchant_id).is_some_and(|b| b.is_merchant))
+        .is_merchant(merchant_id)
         .await
         .map_err(engine_error)?;
     if !is_merchant {

@@ -139,7 +139,7 @@ async fn initiate_payment(app: &SharedApp, call: &Call) -> Handled {
     let merchant_id = body.merchant_id;
     let is_merchant = app
         .engine
-        .read_directory(move |d| d.business(merchant_id).is_some_and(|b| b.is_merchant))
+        .is_merchant(merchant_id)
         .await
         .map_err(engine_error)?;
     if !is_merchant {

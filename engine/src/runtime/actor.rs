@@ -124,6 +124,15 @@ impl<R: Send + 'static> Message for ReadDirectory<R> {
     type Result = Result<Durable<R>, EngineError>;
 }
 
+/// Read directory facts that never change once written (whether a business is a merchant)
+/// without waiting for durability; shard 0 only. The same rules as [`Peek`]: for routing and
+/// permission checks, never rendered.
+pub struct PeekDirectory<R>(pub Box<dyn FnOnce(&Directory) -> R + Send>);
+
+impl<R: Send + 'static> Message for PeekDirectory<R> {
+    type Result = Result<R, EngineError>;
+}
+
 /// Read facts that never change once written (a wallet's owner, business and currency; which
 /// shard holds a uuid) without waiting for durability. Only for routing and permission checks:
 /// never render what a peek returns, since it may include records not yet durable (the command
@@ -328,6 +337,21 @@ impl<R: Send + 'static> Handler<Peek<R>> for ShardActor {
             return Err(EngineError::Unavailable(reason.clone()));
         }
         Ok((peek.0)(&self.shard))
+    }
+}
+
+impl<R: Send + 'static> Handler<PeekDirectory<R>> for ShardActor {
+    type Result = Result<R, EngineError>;
+
+    fn handle(&mut self, peek: PeekDirectory<R>, _: &mut Self::Context) -> Self::Result {
+        if let Some(reason) = &self.failed {
+            return Err(EngineError::Unavailable(reason.clone()));
+        }
+        let directory = self
+            .directory
+            .as_ref()
+            .ok_or_else(|| EngineError::Unavailable("the directory lives on shard 0".into()))?;
+        Ok((peek.0)(directory))
     }
 }
 

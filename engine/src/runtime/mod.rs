@@ -48,7 +48,8 @@ use std::time::Duration;
 use actix::{Addr, ArbiterHandle};
 
 use self::actor::{
-    Answer, Claim, Execute, ExecuteDirectory, Executed, Peek, Read, ReadDirectory, ShardActor,
+    Answer, Claim, Execute, ExecuteDirectory, Executed, Peek, PeekDirectory, Read, ReadDirectory,
+    ShardActor,
 };
 use self::clock::Clock;
 use self::idempotency::{Begin, IdempotencyTable};
@@ -828,6 +829,19 @@ impl Engine {
             .map_err(unavailable)??
             .wait()
             .await
+    }
+
+    /// Whether business `business_id` exists and is a merchant, without waiting for durability:
+    /// the flag is set when a business is created and never changes, so this is a permission
+    /// fact like [`Engine::wallet_scope`] (never render it). A command that follows is logged
+    /// after the business, in the one log, so it is durable only once the business is.
+    pub async fn is_merchant(&self, business_id: u64) -> Result<bool, EngineError> {
+        self.addr(0)?
+            .send(PeekDirectory(Box::new(move |d: &Directory| {
+                d.business(business_id).is_some_and(|b| b.is_merchant)
+            })))
+            .await
+            .map_err(unavailable)?
     }
 
     /// Registers a customer and opens their primary wallet (`currency`, owned by the platform
