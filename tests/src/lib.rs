@@ -10,6 +10,7 @@
 //!   create businesses and employees.
 //! - [`http`]: the tiny blocking HTTP/1.1 client those tests speak with.
 
+pub mod acks;
 pub mod crash;
 pub mod engine_drill;
 pub mod http;

@@ -16,10 +16,11 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::sync::{Arc, Mutex};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde_json::Value;
+use walletd_tests::acks::AckCount;
 use walletd_tests::crash::XorShift;
 use walletd_tests::http;
 use walletd_tests::server::{Options, Server, PLATFORM_BUSINESS_ID};
@@ -147,7 +148,7 @@ fn acknowledged_operations_survive_a_sigkill_under_load() {
         .collect();
 
     let log = Arc::new(Mutex::new(Log::default()));
-    let acks = Arc::new((Mutex::new(0u64), Condvar::new()));
+    let acks = Arc::new(AckCount::default());
     let stop = Arc::new(AtomicBool::new(false));
     let unexpected = Arc::new(AtomicU64::new(0));
     let address = server.address();
@@ -200,9 +201,7 @@ fn acknowledged_operations_survive_a_sigkill_under_load() {
                             let uuid = answer["data"]["uuid"].as_str().expect("uuid").to_owned();
                             log.acked.push((op, uuid, holder));
                             drop(log);
-                            let (count, changed) = &*acks;
-                            *count.lock().expect("ack lock") += 1;
-                            changed.notify_all();
+                            acks.add();
                         }
                         Ok(response) if response.status == 422 => log.refused.push(op),
                         Ok(response) => {
@@ -222,22 +221,9 @@ fn acknowledged_operations_survive_a_sigkill_under_load() {
         })
         .collect();
 
-    {
-        let (count, changed) = &*acks;
-        let mut acked = count.lock().expect("ack lock");
-        while *acked < kill_after_acks {
-            let (next, waited) = changed
-                .wait_timeout(acked, Duration::from_secs(60))
-                .expect("ack lock");
-            acked = next;
-            assert!(
-                !waited.timed_out(),
-                "no acknowledgement for 60 s after {} (seed {seed}); server stderr:\n{}",
-                *acked,
-                server.stderr_text()
-            );
-        }
-    }
+    acks.wait_for(kill_after_acks, || {
+        format!("seed {seed}; server stderr:\n{}", server.stderr_text())
+    });
     server.kill_hard();
     stop.store(true, Ordering::SeqCst);
     for worker in workers {

@@ -37,11 +37,12 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::sync::Arc;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use rust_decimal::{Decimal, RoundingStrategy};
 use serde_json::{json, Value};
+use walletd_tests::acks::AckCount;
 use walletd_tests::crash::XorShift;
 use walletd_tests::http::{self, Response};
 use walletd_tests::server::{
@@ -369,7 +370,7 @@ struct Shared {
     approver: String,
     operator: String,
     customers: Vec<(u64, String)>,
-    acks: (Mutex<u64>, Condvar),
+    acks: AckCount,
     stop: AtomicBool,
 }
 
@@ -492,9 +493,7 @@ impl Worker {
 
     fn acked(&mut self, kind: Kind) {
         self.log.acked.push(kind);
-        let (count, changed) = &self.shared.acks;
-        *count.lock().expect("ack lock") += 1;
-        changed.notify_all();
+        self.shared.acks.add();
     }
 
     fn payment_step(&mut self, kind: Kind, action: &str, token: String, body: String) -> Step {
@@ -1098,7 +1097,7 @@ fn load_and_kill(
             .iter()
             .map(|c| (c.wallet_id, c.token.clone()))
             .collect(),
-        acks: (Mutex::new(0), Condvar::new()),
+        acks: AckCount::default(),
         stop: AtomicBool::new(false),
     });
     let roles = std::iter::repeat_n("pay", PAYMENT_THREADS)
@@ -1131,22 +1130,9 @@ fn load_and_kill(
             })
         })
         .collect();
-    {
-        let (count, changed) = &shared.acks;
-        let mut acked = count.lock().expect("ack lock");
-        while *acked < kill_after {
-            let (next, waited) = changed
-                .wait_timeout(acked, Duration::from_secs(60))
-                .expect("ack lock");
-            acked = next;
-            assert!(
-                !waited.timed_out(),
-                "no acknowledgement for 60 s after {} (seed {seed}); server stderr:\n{}",
-                *acked,
-                server.stderr_text()
-            );
-        }
-    }
+    shared.acks.wait_for(kill_after, || {
+        format!("seed {seed}; server stderr:\n{}", server.stderr_text())
+    });
     server.kill_hard();
     shared.stop.store(true, Ordering::SeqCst);
     workers
