@@ -9,10 +9,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use engine::command::{CreateWallet, Details, MoneyMove, TransferArgs};
+use engine::ledger::wallet::{OwnerType, WalletType};
 use engine::runtime::clock::SystemClock;
 use engine::runtime::{Engine, EngineConfig, EngineError, RecoveryReport, Renderer};
-use engine::wallet::{OwnerType, WalletType};
+use engine::shard::command::{CreateWallet, Details, MoneyMove, TransferArgs};
 use engine::{Command, Currency, Outcome, Rejection, WalletId};
 use rust_decimal::Decimal;
 

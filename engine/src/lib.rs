@@ -21,25 +21,29 @@
 //!
 //! # Layout
 //!
-//! * [`currency`], [`money`], [`ids`]: values: ISO 4217 table, amount rules and the `Decimal` serde
-//!   adapter, numeric ids with the shard formula (`shard_of(id) = id mod shard_count`), uuids.
-//! * [`wallet`], [`ledger`], [`hold`], [`transfer`]: records: the hot wallet and its boxed history,
-//!   transactions and hash-chained entries, holds, cross-shard transfers (protocol in [`transfer`]).
-//! * Commerce: [`payment`] (payments, links, QR payloads, the cross-shard payment protocol),
-//!   [`payout`] (payouts and settlements), [`fee`] (fee rules and the exact fee split), [`emvco`]
-//!   (QR payloads and their CRC); `commerce` holds them in the shard; [`commerce_view`] and
-//!   [`query_commerce`] read them, [`report`] sums them for the report routes.
-//! * [`event`]: the events and their binary codec ([`encode`]/[`decode`]).
-//! * [`command`], [`view`]: what callers send and get back.
-//! * `shard` ([`Shard`], its invariants and memory budget), `decide`, `decide_hold`, `reversal`,
-//!   `decide_payment`, `decide_payment_move`, `decide_link`, `decide_payout`, `posting`:
-//!   deciding; `apply`, `apply_commerce`: applying; `execute`, `execute_commerce`; `invariants`,
-//!   `invariants_commerce`; `event_commerce` (commerce event rules); `snapshot` (+ digest).
-//! * [`error`]: [`Rejection`] (stable codes, numeric precedence), [`ApplyError`], [`DecodeError`],
-//!   [`InvariantViolation`].
-//! * [`directory`]: identities (businesses, employees with roles, customers), event-sourced too.
-//! * [`runtime`]: the one part that does I/O and threads: shard actors on actix Arbiters, the
-//!   write-ahead log, idempotency, snapshots and recovery. Everything above stays pure.
+//! One folder per concern; the arrows run one way (a folder uses only those above it here):
+//!
+//! ```text
+//! values      currency, money, ids, fees, EMVCo, rejection codes and errors
+//!   ^
+//! ledger      records: wallets, transactions and hash-chained entries, holds, transfers, views
+//!   ^
+//! commerce    records: payments, links, QR, payouts, settlements, views
+//!   ^                                               identity   businesses, employees, customers
+//! shard       the Shard, its commands and events (+ codec), snapshots;            ^
+//!             shard::ledger decides/applies/checks ledger commands,               |
+//!             shard::commerce the commerce ones (and may use shard::ledger)       |
+//!   ^                                                                             |
+//! runtime     the one part with I/O and threads: shard actors, the WAL, idempotency,
+//!             routing, cross-shard protocols, snapshots, recovery
+//! ```
+//!
+//! * [`values`]: [`Rejection`] (stable codes, numeric precedence), [`ApplyError`],
+//!   [`DecodeError`], [`InvariantViolation`] live in `values::error`.
+//! * [`ledger`] and [`commerce`] hold data and its own rules; deciding and applying commands on
+//!   them is the shard's ([`shard`]), so records never depend on the state machine that owns them.
+//! * [`identity`]: identities, event-sourced on the lead shard's log.
+//! * [`runtime`]: everything above stays pure.
 //!
 //! # Invariants (checked by [`Shard::check_invariants`], see [`Shard`])
 //!
@@ -58,56 +62,31 @@
     allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)
 )]
 
-mod apply;
-mod apply_commerce;
-pub mod chunked;
-pub mod command;
-mod commerce;
-pub mod commerce_view;
-pub mod currency;
-mod decide;
-mod decide_hold;
-mod decide_link;
-mod decide_payment;
-mod decide_payment_move;
-mod decide_payout;
-pub mod directory;
-pub mod emvco;
-pub mod error;
-pub mod event;
-mod event_commerce;
-mod execute;
-mod execute_commerce;
-pub mod fee;
-pub mod hold;
-pub mod ids;
-mod invariants;
-mod invariants_commerce;
+pub mod commerce;
+pub mod identity;
 pub mod ledger;
-pub mod money;
-pub mod payment;
-pub mod payout;
-mod posting;
-pub mod query_commerce;
-pub mod report;
-mod reversal;
 pub mod runtime;
-mod shard;
-mod snapshot;
-pub mod transfer;
-pub mod view;
-pub mod wallet;
+pub mod shard;
+pub mod values;
 
-pub use command::{Command, Context, Outcome, Page, Paged};
-pub use currency::Currency;
-pub use error::{ApplyError, DecodeError, ExecuteError, InvariantViolation, Rejection};
-pub use event::{decode, encode, Event};
-pub use ids::{
+pub use shard::{
+    decode, encode, Command, Context, Event, Outcome, Page, Paged, Shard, IDLE_WALLET_BYTES_BUDGET,
+    SNAPSHOT_FORMAT_VERSION,
+};
+pub use values::currency::Currency;
+pub use values::error::{ApplyError, DecodeError, ExecuteError, InvariantViolation, Rejection};
+pub use values::ids::{
     shard_of, EntryId, HoldId, PaymentId, PaymentLinkId, PayoutId, QrId, SettlementId,
     TransactionId, Uuid, WalletId,
 };
-pub use shard::{Shard, IDLE_WALLET_BYTES_BUDGET};
-pub use snapshot::SNAPSHOT_FORMAT_VERSION;
+
+// Transitional: the old flat paths, until the api, tests and benches crates use the new ones.
+pub use commerce::{payment, payout, view as commerce_view};
+pub use identity::directory;
+pub use ledger::{chunked, hold, transfer, view, wallet};
+pub use shard::commerce::{query as query_commerce, report};
+pub use shard::{command, event};
+pub use values::{currency, emvco, error, fee, ids, money};
 
 #[cfg(test)]
 mod tests;

@@ -14,10 +14,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use engine::command::{CreateWallet, Details, MoneyMove};
+use engine::ledger::wallet::{OwnerType, WalletType};
 use engine::runtime::clock::SeededClock;
 use engine::runtime::{Engine, EngineConfig, Renderer, WalFileSystem};
-use engine::wallet::{OwnerType, WalletType};
+use engine::shard::command::{CreateWallet, Details, MoneyMove};
 use engine::{Command, Currency, Outcome, Rejection, WalletId};
 use rust_decimal::Decimal;
 use wal::fs::FaultyFs;

@@ -4,10 +4,10 @@
 
 use std::sync::Arc;
 
-use engine::command::{CreateWallet, Details, MoneyMove, PlaceHold, TransferArgs};
+use engine::ledger::wallet::{OwnerType, WalletType};
 use engine::runtime::clock::SeededClock;
 use engine::runtime::{Engine, EngineConfig, EngineError, IdempotencyKey, Renderer};
-use engine::wallet::{OwnerType, WalletType};
+use engine::shard::command::{CreateWallet, Details, MoneyMove, PlaceHold, TransferArgs};
 use engine::{Command, Currency, Outcome, Rejection, WalletId};
 use rust_decimal::Decimal;
 

@@ -5,14 +5,14 @@
 
 use std::sync::Arc;
 
-use engine::command::{
-    CreatePayout, CreateWallet, Details, InitiatePayment, MoneyMove, PaymentReserve, RefundPayment,
-};
-use engine::fee::FeeRule;
-use engine::payment::{PaymentProvider, PaymentStatus};
+use engine::commerce::payment::{PaymentProvider, PaymentStatus};
+use engine::ledger::wallet::{OwnerType, WalletType};
 use engine::runtime::clock::SeededClock;
 use engine::runtime::{Engine, EngineConfig, IdempotencyKey, Renderer};
-use engine::wallet::{OwnerType, WalletType};
+use engine::shard::command::{
+    CreatePayout, CreateWallet, Details, InitiatePayment, MoneyMove, PaymentReserve, RefundPayment,
+};
+use engine::values::fee::FeeRule;
 use engine::{Command, Currency, Outcome, Rejection, Uuid, WalletId};
 use rust_decimal::Decimal;
 
@@ -287,7 +287,7 @@ async fn payouts_are_routed_by_their_id_to_their_wallet_shard() {
         panic!("{created:?}")
     };
     assert_eq!(
-        engine::ids::shard_of(payout.id.0, 4),
+        engine::values::ids::shard_of(payout.id.0, 4),
         engine.shard_of_wallet(payer)
     );
     let four_eyes = engine

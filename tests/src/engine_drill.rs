@@ -33,8 +33,8 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use engine::command::{Details, MoneyMove, TransferArgs};
 use engine::runtime::{EngineConfig, IdempotencyKey, Renderer};
+use engine::shard::command::{Details, MoneyMove, TransferArgs};
 use engine::{Command, Currency, Outcome, Rejection, WalletId};
 use rust_decimal::Decimal;
 

@@ -1048,7 +1048,7 @@ fn set_up(server: &Server) -> (Setup, Model) {
             customer
         })
         .collect();
-    let shard = |wallet: u64| engine::ids::shard_of(wallet, SHARDS);
+    let shard = |wallet: u64| engine::values::ids::shard_of(wallet, SHARDS);
     let across = customers
         .iter()
         .filter(|c| shard(c.wallet_id) != shard(merchant_wallet))

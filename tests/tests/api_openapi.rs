@@ -20,7 +20,7 @@ use walletd_tests::server::{Server, PLATFORM_BUSINESS_ID};
 
 const ROUTES: &str = include_str!("../../api/src/routes.rs");
 const DOCUMENT: &str = include_str!("../../api/openapi.json");
-const ENGINE_ERRORS: &str = include_str!("../../engine/src/error.rs");
+const ENGINE_ERRORS: &str = include_str!("../../engine/src/values/error.rs");
 
 /// Codes the API answers besides the engine's rejections (api/src/error.rs, handlers, server).
 const API_CODES: [&str; 15] = [

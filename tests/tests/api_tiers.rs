@@ -441,7 +441,7 @@ fn regression_a_platform_admin_is_refused_on_another_business_wallet() {
 }
 
 /// API bug (same root as the one above): system accounts (float, fees, clearing; business 0) are
-/// "not addressable by clients" (engine/src/shard.rs), and customers and business staff get 404 or
+/// "not addressable by clients" (engine/src/shard/state.rs), and customers and business staff get 404 or
 /// 403 for them, but the platform admin's scope bypass lets it read them through getWallet,
 /// getWalletBalance and listWalletLedger.
 #[test]

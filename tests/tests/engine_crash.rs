@@ -364,7 +364,7 @@ async fn scan(engine: &Engine) -> Scan {
             for wallet in s.wallets().filter(|w| !w.is_system()) {
                 balances.push((wallet.id().0, wallet.balance()));
                 for transaction in wallet.transactions() {
-                    let view = engine::view::TransactionView::of(wallet, transaction);
+                    let view = engine::ledger::view::TransactionView::of(wallet, transaction);
                     posted.push(Posted {
                         wallet_id: wallet.id().0,
                         uuid: view.uuid.to_string(),

@@ -15,7 +15,7 @@ use crate::json::{deserialize_decimal, deserialize_optional_decimal};
 use crate::routes::Op;
 
 fn currency(code: &str) -> Result<Currency, ApiError> {
-    Currency::from_code(code).map_err(|r| ApiError::from_rejection(&r))
+    Currency::from_code(code).map_err(|unknown| ApiError::from_rejection(&unknown.into()))
 }
 
 fn meta_text(meta: Option<serde_json::Value>) -> Result<Option<String>, ApiError> {

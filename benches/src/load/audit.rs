@@ -9,7 +9,7 @@
 //! insufficient_funds) has no effect. Effects are sums, so each connection keeps its own model
 //! and the models are merged at the end.
 //!
-//! Payments (`engine/src/decide_payment*.rs`): a confirmed payment debits the payer the amount
+//! Payments (`engine/src/shard/commerce/payment*.rs`): a confirmed payment debits the payer the amount
 //! and credits the merchant the net (the fee goes to the fee account, outside the audited
 //! wallets); a refund debits the merchant and credits the payer the refunded amount (the fee is
 //! kept). Initiating a payment moves no money. The merchant's wallet is audited like the

@@ -26,15 +26,14 @@ use std::time::Duration;
 use actix::{Actor, AsyncContext, Context as ActorContext, Handler, Message};
 
 use super::clock::Clock;
+use super::config::{EngineError, Renderer};
 use super::idempotency::IdempotencyTable;
 use super::journal::{IdempotencyRecord, JournalEntry};
-use super::EngineError;
-use super::Renderer;
-use crate::command::{Command, Context, Outcome, EXPIRE_BATCH_MAX};
-use crate::directory::{Directory, DirectoryCommand, DirectoryEvent};
-use crate::error::{ExecuteError, Rejection};
-use crate::ids::Uuid;
-use crate::shard::Shard;
+use crate::identity::directory::{Directory, DirectoryCommand, DirectoryEvent};
+use crate::shard::command::{Command, Context, Outcome, EXPIRE_BATCH_MAX};
+use crate::shard::state::Shard;
+use crate::values::error::{ExecuteError, Rejection};
+use crate::values::ids::Uuid;
 
 /// What answer to log with an idempotency key.
 #[derive(Clone, Debug)]

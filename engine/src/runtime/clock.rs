@@ -5,7 +5,7 @@
 
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
-use crate::command::Context;
+use crate::shard::command::Context;
 
 /// The source of `now` and of per-command entropy.
 pub trait Clock: Send + Sync + 'static {

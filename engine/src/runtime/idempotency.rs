@@ -178,7 +178,7 @@ impl IdempotencyTable {
     #[must_use]
     pub fn pending_for_transfer(
         &self,
-        transfer_uuid: crate::ids::Uuid,
+        transfer_uuid: crate::values::ids::Uuid,
     ) -> Option<IdempotencyRecord> {
         self.slots.iter().find_map(|item| match item.value() {
             Slot::Pending { record, .. } if record.transfer_uuid == Some(transfer_uuid) => {

@@ -12,9 +12,9 @@
 use serde::{Deserialize, Serialize};
 
 use super::journal::IdempotencyRecord;
-use crate::directory::Directory;
-use crate::error::DecodeError;
-use crate::shard::Shard;
+use crate::identity::directory::Directory;
+use crate::shard::state::Shard;
+use crate::values::error::DecodeError;
 
 /// Version byte at the start of an image.
 pub const IMAGE_FORMAT_VERSION: u8 = 1;

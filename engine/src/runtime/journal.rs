@@ -15,9 +15,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::directory::DirectoryEvent;
-use crate::error::DecodeError;
-use crate::event::Event;
+use crate::identity::directory::DirectoryEvent;
+use crate::shard::event::Event;
+use crate::values::error::DecodeError;
 
 /// Newest version byte at the start of a journal entry. An entry is written with the lowest
 /// version that can hold its events (the newest of their [`Event::format_version`]s), so a
@@ -42,7 +42,7 @@ pub struct IdempotencyRecord {
     pub response: Option<Vec<u8>>,
     /// The cross-shard transfer whose first step logged this key as pending (recovery finishes
     /// the transfer and records the answer).
-    pub transfer_uuid: Option<crate::ids::Uuid>,
+    pub transfer_uuid: Option<crate::values::ids::Uuid>,
 }
 
 /// Everything one command wrote.

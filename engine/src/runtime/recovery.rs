@@ -19,13 +19,27 @@ use actix::Actor;
 
 use super::actor::ShardActor;
 use super::clock::Clock;
+use super::config::{EngineConfig, EngineError, Renderer};
+use super::engine::{Engine, Inner, SnapshotState};
 use super::idempotency::IdempotencyTable;
+use super::image;
 use super::journal::JournalEntry;
-use super::{image, Engine, EngineConfig, EngineError, Inner, Renderer, SnapshotState};
-use crate::command::TransferCredit;
-use crate::currency::Currency;
-use crate::directory::Directory;
-use crate::shard::Shard;
+use crate::identity::directory::Directory;
+use crate::shard::command::TransferCredit;
+use crate::shard::state::Shard;
+use crate::values::currency::Currency;
+
+impl Engine {
+    /// Opens the data directory: recovers state from snapshot and log, starts the shards, and
+    /// finishes any cross-shard transfer a crash interrupted (see this module's docs).
+    pub fn open(
+        config: EngineConfig,
+        clock: Arc<dyn Clock>,
+        renderer: Arc<dyn Renderer>,
+    ) -> Result<(Engine, RecoveryReport), OpenError> {
+        open(config, clock, renderer)
+    }
+}
 
 /// What opening found and did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -191,14 +205,14 @@ pub(crate) fn open(
         .map(|c| c.id)
         .filter(|&id| {
             shards
-                .get(super::owner_shard(id, count) as usize)
+                .get(crate::values::ids::owner_shard(id, count) as usize)
                 .is_none_or(|shard| {
                     shard
                         .wallet_of_owner(
-                            crate::wallet::OwnerType::Customer,
+                            crate::ledger::wallet::OwnerType::Customer,
                             id,
                             primary,
-                            crate::wallet::WalletType::Primary,
+                            crate::ledger::wallet::WalletType::Primary,
                         )
                         .is_none()
                 })

@@ -4,15 +4,15 @@ use proptest::prelude::*;
 use rust_decimal::Decimal;
 
 use super::{dec, Harness};
-use crate::event::{WalletCreated, EVENT_FORMAT_VERSION};
-use crate::hold::{Hold, HoldStatus};
-use crate::ids::{EntryId, HoldId, TransactionId};
-use crate::ledger::{
+use crate::ledger::hold::{Hold, HoldStatus};
+use crate::ledger::transaction::{
     Direction, EntryRef, Hash, LedgerEntry, Transaction, TransactionStatus, TransactionText,
     TransactionType,
 };
-use crate::transfer::{IncomingTransfer, OutgoingTransfer, TransferState};
-use crate::wallet::{OwnerType, WalletStatus, WalletType};
+use crate::ledger::transfer::{IncomingTransfer, OutgoingTransfer, TransferState};
+use crate::ledger::wallet::{OwnerType, WalletStatus, WalletType};
+use crate::shard::event::{WalletCreated, EVENT_FORMAT_VERSION};
+use crate::values::ids::{EntryId, HoldId, TransactionId};
 use crate::{decode, encode, Currency, DecodeError, Event, Shard, Uuid, WalletId};
 
 fn uuid() -> impl Strategy<Value = Uuid> {

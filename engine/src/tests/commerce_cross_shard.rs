@@ -8,11 +8,11 @@ use rust_decimal::Decimal;
 
 use super::commerce_support::{initiate, merchant_wallet, pay, refund, reserved_of, MERCHANT};
 use super::{cur, dec, Harness};
-use crate::command::{PaymentCredit, PaymentReserve};
-use crate::commerce_view::PaymentView;
-use crate::payment::{PaymentMoveKind, PaymentReservation, PaymentStatus};
-use crate::transfer::TransferState;
-use crate::wallet::WalletType;
+use crate::commerce::payment::{PaymentMoveKind, PaymentReservation, PaymentStatus};
+use crate::commerce::view::PaymentView;
+use crate::ledger::transfer::TransferState;
+use crate::ledger::wallet::WalletType;
+use crate::shard::command::{PaymentCredit, PaymentReserve};
 use crate::{shard_of, Command, Currency, Outcome, Rejection, Shard, WalletId};
 
 struct Two {

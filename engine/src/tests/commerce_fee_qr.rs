@@ -5,8 +5,8 @@ use rust_decimal::Decimal;
 
 use super::commerce_support::{fee, merchant_wallet, qr, qr_of, MERCHANT};
 use super::{cur, dec, Harness};
-use crate::emvco::{crc16_ccitt_false, merchant_payload, parse, verify, MerchantQr};
-use crate::fee::{FeeRule, FeeSplit};
+use crate::values::emvco::{crc16_ccitt_false, merchant_payload, parse, verify, MerchantQr};
+use crate::values::fee::{FeeRule, FeeSplit};
 use crate::{Currency, Rejection};
 
 fn split(amount: &str, currency: &str, percent: &str, fixed: &str) -> (Decimal, Decimal) {
@@ -15,7 +15,7 @@ fn split(amount: &str, currency: &str, percent: &str, fixed: &str) -> (Decimal, 
         net_amount,
     } = fee(percent, fixed)
         .split(
-            crate::money::validate_amount(dec(amount), cur(currency)).unwrap(),
+            crate::values::money::validate_amount(dec(amount), cur(currency)).unwrap(),
             cur(currency),
         )
         .unwrap();
@@ -101,7 +101,7 @@ proptest! {
         let currency: Currency = cur(code);
         let scale = currency.minor_units();
         let amount = Decimal::new(minor_amount, scale);
-        prop_assume!(amount <= crate::money::AMOUNT_MAX);
+        prop_assume!(amount <= crate::values::money::AMOUNT_MAX);
         let rule = FeeRule {
             percent: Decimal::new(percent_micro, 6),
             fixed: Decimal::new(minor_fixed, scale),

@@ -8,9 +8,9 @@ use super::commerce_support::{
     settlement_of, CHECKER, MERCHANT,
 };
 use super::{dec, Harness};
-use crate::hold::HoldStatus;
-use crate::payment::PaymentStatus;
-use crate::payout::{PayoutChange, PayoutStatus, SettlementStatus};
+use crate::commerce::payment::PaymentStatus;
+use crate::commerce::payout::{PayoutChange, PayoutStatus, SettlementStatus};
+use crate::ledger::hold::HoldStatus;
 use crate::{Event, Shard};
 
 /// A shard with a completed payment, an approved payout and a pending settlement.

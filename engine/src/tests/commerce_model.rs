@@ -15,9 +15,9 @@ use super::commerce_support::{
     link, merchant_wallet, qr, refund, CHECKER, MAKER, MERCHANT,
 };
 use super::{deposit, withdraw, Harness};
-use crate::command::{CreatePaymentLink, PaymentProviderResult, PayoutProviderResult};
-use crate::payment::{PaymentProvider, PaymentStatus};
-use crate::payout::{PayoutStatus, SettlementStatus, DAY_MS};
+use crate::commerce::payment::{PaymentProvider, PaymentStatus};
+use crate::commerce::payout::{PayoutStatus, SettlementStatus, DAY_MS};
+use crate::shard::command::{CreatePaymentLink, PaymentProviderResult, PayoutProviderResult};
 use crate::{Command, Event, Outcome, PayoutId, SettlementId, Shard, Uuid, WalletId};
 
 #[derive(Clone, Debug)]
@@ -556,7 +556,7 @@ fn scripted_commerce_run_replays_with_a_snapshot_midway() {
 
 #[test]
 fn version_1_records_still_decode_and_may_not_carry_commerce_events() {
-    use crate::event::{EVENT_FORMAT_VERSION, EVENT_FORMAT_VERSION_MIN};
+    use crate::shard::event::{EVENT_FORMAT_VERSION, EVENT_FORMAT_VERSION_MIN};
     let mut run = Run::new();
     run.step(&Op::Initiate {
         payer: 0,

@@ -8,10 +8,10 @@ use super::commerce_support::{
     MERCHANT,
 };
 use super::{dec, deposit, withdraw, Harness};
-use crate::command::{PaymentProviderResult, Refund};
-use crate::ledger::{Direction, TransactionType};
-use crate::payment::{PaymentLinkStatus, PaymentProvider, PaymentStatus};
-use crate::wallet::WalletType;
+use crate::commerce::payment::{PaymentLinkStatus, PaymentProvider, PaymentStatus};
+use crate::ledger::transaction::{Direction, TransactionType};
+use crate::ledger::wallet::WalletType;
+use crate::shard::command::{PaymentProviderResult, Refund};
 use crate::{Command, Rejection, Uuid, WalletId};
 
 /// A funded payer (customer 1, USD 200) and a merchant wallet of [`MERCHANT`].
@@ -55,7 +55,7 @@ fn initiate_records_a_pending_payment_with_its_fee_split() {
 #[test]
 fn initiate_refusals_in_precedence_order() {
     let (mut h, payer, merchant) = setup();
-    let reject = |h: &mut Harness, edit: &dyn Fn(&mut crate::command::InitiatePayment)| {
+    let reject = |h: &mut Harness, edit: &dyn Fn(&mut crate::shard::command::InitiatePayment)| {
         let mut request = initiate(merchant, payer, "10", "USD");
         edit(&mut request);
         h.reject(Command::InitiatePayment(request)).code()
@@ -184,7 +184,7 @@ fn confirm_moves_the_money_in_one_balanced_posting() {
             original_transaction_uuid: debit.uuid,
             amount: dec("1"),
             reason: None,
-            details: crate::command::Details::default(),
+            details: crate::shard::command::Details::default(),
         })),
         Rejection::NotADebit
     );
@@ -534,8 +534,8 @@ fn payment_lists_and_merchant_transactions() {
     let pending = pay(&mut h, initiate(merchant, payer, "20", "USD"));
     h.ok(deposit(merchant, "5"));
     h.ok(withdraw(merchant, "1"));
-    use crate::command::Page;
-    use crate::query_commerce::PaymentFilter;
+    use crate::shard::command::Page;
+    use crate::shard::commerce::query::PaymentFilter;
     let all = h
         .shard
         .payments_page(&PaymentFilter::default(), Page::default());

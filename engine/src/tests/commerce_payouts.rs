@@ -2,12 +2,12 @@
 
 use super::commerce_support::{all_zero, approve_payout, create_payout, payout_of, CHECKER, MAKER};
 use super::{cur, dec, Harness};
-use crate::command::{CaptureHold, Details, Page, PayoutProviderResult};
-use crate::hold::{HoldStatus, NEVER_EXPIRES_AT_MS};
-use crate::payout::{PayoutAttemptStatus, PayoutStatus};
-use crate::query_commerce::PayoutFilter;
-use crate::report::ReportRange;
-use crate::wallet::WalletType;
+use crate::commerce::payout::{PayoutAttemptStatus, PayoutStatus};
+use crate::ledger::hold::{HoldStatus, NEVER_EXPIRES_AT_MS};
+use crate::ledger::wallet::WalletType;
+use crate::shard::command::{CaptureHold, Details, Page, PayoutProviderResult};
+use crate::shard::commerce::query::PayoutFilter;
+use crate::shard::commerce::report::ReportRange;
 use crate::{Command, PayoutId, Rejection, WalletId};
 
 fn setup() -> (Harness, WalletId) {

@@ -2,12 +2,12 @@
 
 use super::commerce_support::{initiate, merchant_wallet, pay, pay_now, refund, MERCHANT};
 use super::{cur, dec, Harness};
-use crate::ledger::TransactionType;
-use crate::report::{
+use crate::ledger::transaction::TransactionType;
+use crate::ledger::wallet::{OwnerType, WalletType};
+use crate::shard::commerce::report::{
     merge_balance_rows, merge_fee_rows, merge_status_rows, merge_transaction_rows, BalanceRow,
     FeeRow, ReportRange, StatusRow, TransactionRow,
 };
-use crate::wallet::{OwnerType, WalletType};
 use crate::Shard;
 
 fn range(h: &Harness) -> ReportRange {

@@ -8,11 +8,11 @@ use super::commerce_support::{
     pay_now, settlement_of, CHECKER, MAKER, MERCHANT,
 };
 use super::{cur, dec, withdraw, Harness};
-use crate::command::Page;
-use crate::payout::{SettlementStatus, DAY_MS};
-use crate::query_commerce::SettlementFilter;
-use crate::report::ReportRange;
-use crate::wallet::WalletType;
+use crate::commerce::payout::{SettlementStatus, DAY_MS};
+use crate::ledger::wallet::WalletType;
+use crate::shard::command::Page;
+use crate::shard::commerce::query::SettlementFilter;
+use crate::shard::commerce::report::ReportRange;
 use crate::{Command, Rejection, SettlementId, WalletId};
 
 struct Setup {
@@ -53,7 +53,7 @@ fn setup() -> Setup {
     }
 }
 
-fn amounts(view: &crate::commerce_view::SettlementView) -> Vec<Decimal> {
+fn amounts(view: &crate::commerce::view::SettlementView) -> Vec<Decimal> {
     view.items.iter().map(|item| item.amount).collect()
 }
 

@@ -3,16 +3,16 @@
 use rust_decimal::Decimal;
 
 use super::{cur, dec, Harness};
-use crate::command::{
+use crate::commerce::payment::{PaymentProvider, PaymentReservation};
+use crate::commerce::payout::{PeriodType, DAY_MS};
+use crate::commerce::view::{PaymentLinkView, PaymentView, PayoutView, QrView, SettlementView};
+use crate::ledger::view::TransactionView;
+use crate::ledger::wallet::{OwnerType, WalletType};
+use crate::shard::command::{
     CreatePaymentLink, CreatePayout, CreateQr, CreateSettlement, CreateWallet, InitiatePayment,
     RefundPayment,
 };
-use crate::commerce_view::{PaymentLinkView, PaymentView, PayoutView, QrView, SettlementView};
-use crate::fee::FeeRule;
-use crate::payment::{PaymentProvider, PaymentReservation};
-use crate::payout::{PeriodType, DAY_MS};
-use crate::view::TransactionView;
-use crate::wallet::{OwnerType, WalletType};
+use crate::values::fee::FeeRule;
 use crate::{Command, Outcome, PayoutId, SettlementId, Uuid, WalletId};
 
 /// The merchant (business) id the helpers use.

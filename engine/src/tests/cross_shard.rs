@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 use rust_decimal::Decimal;
 
 use super::{cur, dec, transfer, Harness};
-use crate::command::TransferCredit;
-use crate::transfer::{OutgoingTransfer, TransferState};
+use crate::ledger::transfer::{OutgoingTransfer, TransferState};
+use crate::shard::command::TransferCredit;
 use crate::{shard_of, Command, Currency, Outcome, Rejection, Shard};
 
 fn two_shards() -> (Harness, Harness) {

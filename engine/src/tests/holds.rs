@@ -1,11 +1,11 @@
 //! Holds: place, release, capture, expire.
 
 use super::{cur, dec, withdraw, Harness};
-use crate::command::{CaptureHold, Details, PlaceHold};
-use crate::hold::HoldStatus;
-use crate::ledger::{Direction, TransactionType};
-use crate::view::HoldView;
-use crate::wallet::{OwnerType, WalletType};
+use crate::ledger::hold::HoldStatus;
+use crate::ledger::transaction::{Direction, TransactionType};
+use crate::ledger::view::HoldView;
+use crate::ledger::wallet::{OwnerType, WalletType};
+use crate::shard::command::{CaptureHold, Details, PlaceHold};
 use crate::{Command, Outcome, Rejection, Uuid, WalletId};
 
 fn place(wallet_id: WalletId, amount: &str, minutes: Option<u32>) -> Command {

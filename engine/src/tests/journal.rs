@@ -3,8 +3,8 @@
 
 use super::commerce_support::{initiate, merchant_wallet, pay};
 use super::Harness;
-use crate::error::DecodeError;
 use crate::runtime::journal::{JournalEntry, JOURNAL_FORMAT_VERSION};
+use crate::values::error::DecodeError;
 
 fn entry(h: &Harness) -> JournalEntry {
     JournalEntry {

@@ -1,8 +1,8 @@
 //! The idle-wallet memory budget (see `Shard` docs).
 
 use super::Harness;
-use crate::shard::OwnerKey;
-use crate::wallet::{Wallet, WALLET_BYTES_MAX};
+use crate::ledger::wallet::{Wallet, WALLET_BYTES_MAX};
+use crate::shard::state::OwnerKey;
 use crate::{WalletId, IDLE_WALLET_BYTES_BUDGET};
 
 #[test]

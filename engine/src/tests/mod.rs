@@ -25,8 +25,8 @@ mod wallets;
 
 use rust_decimal::Decimal;
 
-use crate::command::{Details, MoneyMove, TransferArgs};
-use crate::wallet::{OwnerType, WalletType};
+use crate::ledger::wallet::{OwnerType, WalletType};
+use crate::shard::command::{Details, MoneyMove, TransferArgs};
 use crate::{Command, Context, Currency, Event, ExecuteError, Outcome, Rejection, Shard, WalletId};
 
 pub(crate) fn dec(text: &str) -> Decimal {
@@ -113,7 +113,7 @@ impl Harness {
         currency: &str,
         wallet_type: WalletType,
     ) -> WalletId {
-        match self.ok(Command::CreateWallet(crate::command::CreateWallet {
+        match self.ok(Command::CreateWallet(crate::shard::command::CreateWallet {
             owner_type,
             owner_id,
             currency: cur(currency),
@@ -131,7 +131,7 @@ impl Harness {
         &mut self,
         wallet_id: WalletId,
         amount: &str,
-    ) -> crate::view::TransactionView {
+    ) -> crate::ledger::view::TransactionView {
         match self.ok(deposit(wallet_id, amount)) {
             Outcome::Transaction(view) => view,
             other => panic!("unexpected {other:?}"),

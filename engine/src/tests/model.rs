@@ -8,12 +8,12 @@ use proptest::prelude::*;
 use rust_decimal::Decimal;
 
 use super::Harness;
-use crate::command::{
+use crate::ledger::transaction::{Direction, TransactionType};
+use crate::ledger::wallet::{OwnerType, WalletType};
+use crate::shard::command::{
     CaptureHold, CreateWallet, Details, MoneyMove, PlaceHold, Refund, TransferArgs,
 };
-use crate::ledger::{Direction, TransactionType};
-use crate::money::AMOUNT_MAX;
-use crate::wallet::{OwnerType, WalletType};
+use crate::values::money::AMOUNT_MAX;
 use crate::{Command, Currency, Event, Uuid, WalletId};
 
 const CURRENCIES: [&str; 3] = ["USD", "JPY", "KWD"];
@@ -224,7 +224,7 @@ impl Model {
     /// Records the uuids of the planned transactions from the engine's events, checking that the
     /// engine recorded exactly what the model planned.
     fn record(&mut self, planned: Vec<Planned>, events: &[Event]) {
-        let recorded: Vec<(WalletId, &crate::ledger::Transaction)> = events
+        let recorded: Vec<(WalletId, &crate::ledger::transaction::Transaction)> = events
             .iter()
             .filter_map(|event| match event {
                 Event::TransactionRecorded {
@@ -734,11 +734,11 @@ impl Run {
         for hold in &self.model.holds {
             let view = self.h.shard.hold_view(hold.uuid).unwrap();
             assert_eq!(
-                view.status == crate::hold::HoldStatus::Active,
+                view.status == crate::ledger::hold::HoldStatus::Active,
                 hold.state == HoldState::Active
             );
             assert_eq!(
-                view.status == crate::hold::HoldStatus::Expired,
+                view.status == crate::ledger::hold::HoldStatus::Expired,
                 hold.state == HoldState::Expired
             );
         }

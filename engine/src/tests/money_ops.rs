@@ -1,9 +1,9 @@
 //! Deposit, withdraw and same-shard transfer: happy paths, every rejection, precedence.
 
 use super::{cur, dec, deposit, transfer, withdraw, Harness};
-use crate::command::{Details, MoneyMove};
-use crate::ledger::{Direction, TransactionStatus, TransactionType};
-use crate::wallet::WalletType;
+use crate::ledger::transaction::{Direction, TransactionStatus, TransactionType};
+use crate::ledger::wallet::WalletType;
+use crate::shard::command::{Details, MoneyMove};
 use crate::{Command, Outcome, Rejection};
 
 #[test]

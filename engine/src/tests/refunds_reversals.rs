@@ -1,9 +1,9 @@
 //! Refunds and reversals.
 
 use super::{cur, dec, transfer, withdraw, Harness};
-use crate::command::{Details, Refund};
-use crate::ledger::{Direction, TransactionStatus, TransactionType};
-use crate::wallet::WalletType;
+use crate::ledger::transaction::{Direction, TransactionStatus, TransactionType};
+use crate::ledger::wallet::WalletType;
+use crate::shard::command::{Details, Refund};
 use crate::{Command, Outcome, Rejection, Uuid};
 
 fn refund(original: Uuid, amount: &str) -> Command {

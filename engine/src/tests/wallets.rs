@@ -1,9 +1,10 @@
 //! Currencies, amounts, wallet life cycle, verify-integrity, queries.
 
 use super::{cur, dec, deposit, Harness};
-use crate::command::{CreateWallet, Page};
-use crate::money::validate_amount;
-use crate::wallet::{OwnerType, WalletStatus, WalletType};
+use crate::ledger::wallet::{OwnerType, WalletStatus, WalletType};
+use crate::shard::command::{CreateWallet, Page};
+use crate::values::currency::UnknownCurrency;
+use crate::values::money::validate_amount;
 use crate::{Command, Currency, Outcome, Rejection, WalletId};
 
 #[test]
@@ -32,11 +33,7 @@ fn currency_table_parses_exact_upper_case_codes() {
         assert_eq!((currency.code(), currency.minor_units()), (code, minor));
     }
     for bad in ["usd", "US", "USDD", " USD", "XXX", ""] {
-        assert_eq!(
-            Currency::from_code(bad),
-            Err(Rejection::UnknownCurrency),
-            "{bad:?}"
-        );
+        assert_eq!(Currency::from_code(bad), Err(UnknownCurrency), "{bad:?}");
     }
     let codes: Vec<String> = Currency::all().map(|c| c.code().to_owned()).collect();
     let mut sorted = codes.clone();
@@ -296,7 +293,10 @@ fn queries_page_newest_first_with_totals() {
     assert_eq!(ledger.total, 5);
     assert_eq!(ledger.records[0].balance_after, dec("15.00"));
     assert_eq!(ledger.records[0].prev_hash, ledger.records[1].hash);
-    assert_eq!(ledger.records[4].prev_hash, crate::ledger::Hash::ZERO);
+    assert_eq!(
+        ledger.records[4].prev_hash,
+        crate::ledger::transaction::Hash::ZERO
+    );
     let created: Vec<i64> = ledger.records.iter().map(|e| e.created_at_ms).collect();
     let window = h
         .shard

@@ -15,10 +15,10 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use engine::command::CreateWallet;
+use engine::ledger::wallet::{OwnerType, WalletType};
 use engine::runtime::clock::SystemClock;
 use engine::runtime::{owner_shard, Engine, EngineError};
-use engine::wallet::{OwnerType, WalletType};
+use engine::shard::command::CreateWallet;
 use engine::{Command, Outcome, WalletId};
 use rust_decimal::Decimal;
 use walletd_tests::crash::XorShift;

@@ -1,0 +1,110 @@
+//! The engine's settings, the errors it answers with, and what the API hands it (a renderer for
+//! idempotent answers, idempotency keys).
+
+use crate::shard::command::Outcome;
+use crate::values::error::Rejection;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Renders the answer to an idempotent request. The bytes are logged with the command and
+/// replayed verbatim to retries, so rendering must be a pure function of `(route, result)`.
+/// The API supplies it; the engine never looks inside.
+pub trait Renderer: Send + Sync + 'static {
+    fn render(&self, route: u16, result: &Result<Outcome, Rejection>) -> Vec<u8>;
+}
+
+/// Settings of an engine.
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    /// The WAL and snapshots live in `data_dir/wal`.
+    pub data_dir: PathBuf,
+    /// Shard actors (one Arbiter thread each). Fixed for the life of a data directory.
+    pub shard_count: u32,
+    pub wal: wal::Options,
+    /// Messages a shard's mailbox holds before senders wait (back-pressure).
+    pub mailbox_capacity: usize,
+    /// How often each shard expires overdue holds.
+    pub hold_tick: Duration,
+    /// Take a snapshot after this many records since the last one (0: only on demand).
+    pub snapshot_every_records: u64,
+    /// What the WAL writes through: the real file system, or a test's (to hold back fsyncs).
+    pub file_system: WalFileSystem,
+}
+
+/// The file system under the WAL (see [`EngineConfig::file_system`]).
+#[derive(Clone)]
+pub struct WalFileSystem(pub Arc<dyn wal::fs::FileSystem>);
+
+impl Default for WalFileSystem {
+    fn default() -> Self {
+        WalFileSystem(Arc::new(wal::fs::StdFs))
+    }
+}
+
+impl std::fmt::Debug for WalFileSystem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("WalFileSystem")
+    }
+}
+
+impl EngineConfig {
+    /// Defaults for a data directory: one shard, durable log, snapshot every 1M records.
+    #[must_use]
+    pub fn new(data_dir: impl Into<PathBuf>) -> Self {
+        EngineConfig {
+            data_dir: data_dir.into(),
+            shard_count: 1,
+            wal: wal::Options::default(),
+            mailbox_capacity: 4096,
+            hold_tick: Duration::from_secs(1),
+            snapshot_every_records: 1_000_000,
+            file_system: WalFileSystem::default(),
+        }
+    }
+
+    /// The WAL's directory.
+    #[must_use]
+    pub fn wal_dir(&self) -> PathBuf {
+        self.data_dir.join("wal")
+    }
+}
+
+/// Why the engine did not do what was asked.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum EngineError {
+    /// The business rules refused the command; nothing changed.
+    #[error(transparent)]
+    Rejected(#[from] Rejection),
+    /// The idempotency key was used before for a different request.
+    #[error("the idempotency key was already used for a different request")]
+    IdempotencyKeyReused,
+    /// A request with this idempotency key is still being processed.
+    #[error("a request with this idempotency key is still in progress")]
+    IdempotencyInFlight,
+    /// The engine cannot serve (log poisoned, shard stopped, shutting down). Retry after restart.
+    #[error("the ledger is unavailable: {0}")]
+    Unavailable(String),
+}
+
+/// Who asked, under which key, for what (the API computes the fingerprint).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IdempotencyKey {
+    pub caller: String,
+    pub key: String,
+    pub fingerprint: [u8; 32],
+    /// Passed back to the [`Renderer`].
+    pub route: u16,
+}
+
+/// The answer to an idempotent request: the rendered bytes, and whether they are a replay.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reply {
+    pub response: Vec<u8>,
+    pub replayed: bool,
+}
+
+pub(crate) fn unavailable(error: impl std::fmt::Display) -> EngineError {
+    EngineError::Unavailable(error.to_string())
+}

@@ -1,0 +1,571 @@
+//! [`Engine`]: the handle the API holds. It sends each command to the shard that owns it (routing in
+//! `super::routing`, cross-shard protocols in `super::cross_shard`), keeps idempotency and reads
+//! shards and the directory; snapshots are in `super::snapshot`, opening in `super::recovery`.
+
+use crate::identity::directory::{Customer, Directory, DirectoryCommand, DirectoryEvent};
+use crate::ledger::view::WalletView;
+use crate::ledger::wallet::{OwnerType, WalletType};
+use crate::runtime::actor::{
+    Answer, Claim, Execute, ExecuteDirectory, Executed, Peek, PeekDirectory, Read, ReadDirectory,
+    ShardActor,
+};
+use crate::runtime::clock::Clock;
+use crate::runtime::config::{unavailable, EngineConfig, EngineError, IdempotencyKey, Reply};
+use crate::runtime::idempotency::{Begin, IdempotencyTable};
+use crate::runtime::journal::IdempotencyRecord;
+use crate::shard::command::{Command, CreateWallet, Outcome};
+use crate::shard::state::Shard;
+use crate::values::currency::Currency;
+use crate::values::ids::owner_shard;
+use crate::values::ids::{shard_of, WalletId};
+use actix::{Addr, ArbiterHandle};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+
+pub(crate) struct Inner {
+    pub(crate) shards: Vec<Addr<ShardActor>>,
+    /// Commands sent to each shard and not yet answered (a gauge for metrics).
+    pub(crate) in_flight: Vec<std::sync::atomic::AtomicU64>,
+    /// The Arbiter of each shard, for work that must outlive its caller.
+    pub(crate) arbiters: Vec<ArbiterHandle>,
+    pub(crate) wal: wal::Wal,
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) idempotency: Arc<IdempotencyTable>,
+    pub(crate) config: EngineConfig,
+    pub(crate) system: actix::System,
+    pub(crate) actors: Mutex<Option<JoinHandle<()>>>,
+    /// Records appended at the last snapshot, to trigger the next.
+    pub(crate) snapshot_state: Mutex<SnapshotState>,
+    /// Wallet scopes already looked up. They never change once a wallet exists (wallets are
+    /// never deleted), so a permission check needs no trip to the shard's thread after the first
+    /// one: on the hot paths that trip was a second cross-thread round trip per request.
+    pub(crate) wallet_scopes: dashmap::DashMap<WalletId, WalletScope>,
+}
+
+/// Most wallet scopes remembered; past it the cache starts over (a full cache costs ~64 MiB).
+pub(crate) const WALLET_SCOPES_MAX: usize = 1 << 20;
+
+impl Inner {
+    /// Stops the actor system, then flushes and closes the log. Idempotent.
+    fn stop(&self) -> Result<(), EngineError> {
+        self.system.stop();
+        let actors = self
+            .actors
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        // On one of the engine's own Arbiter threads (the last handle dropped by a background
+        // snapshot, say) joining would wait for this very thread: let the system wind down alone.
+        let on_engine_thread = actix::System::try_current().is_some();
+        if let (Some(handle), false) = (actors, on_engine_thread) {
+            let _ = handle.join();
+        }
+        self.wal.clone().close().map_err(unavailable)
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        if let Err(error) = self.stop() {
+            tracing::error!(%error, "closing the engine failed");
+        }
+    }
+}
+
+#[derive(Default)]
+pub(crate) struct SnapshotState {
+    pub(crate) last_lsn: u64,
+    pub(crate) running: bool,
+}
+
+/// The engine handle: cheap to clone, all clones share the same shards and log.
+#[derive(Clone)]
+pub struct Engine {
+    pub(crate) inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine")
+            .field("shards", &self.inner.shards.len())
+            .field("wal", &self.inner.wal)
+            .finish()
+    }
+}
+
+impl Engine {
+    /// Shard that owns `wallet_id`.
+    #[must_use]
+    pub fn shard_of_wallet(&self, wallet_id: WalletId) -> u32 {
+        shard_of(wallet_id.0, self.shard_count())
+    }
+
+    /// Number of shards.
+    #[must_use]
+    pub fn shard_count(&self) -> u32 {
+        self.inner.shards.len() as u32
+    }
+
+    /// The log's last and durable LSNs.
+    #[must_use]
+    pub fn lsns(&self) -> (u64, u64) {
+        (self.inner.wal.last_lsn(), self.inner.wal.durable_lsn())
+    }
+
+    /// Commands queued at or running on each shard, in shard order.
+    #[must_use]
+    pub fn queue_depths(&self) -> Vec<u64> {
+        self.inner
+            .in_flight
+            .iter()
+            .map(|gauge| gauge.load(std::sync::atomic::Ordering::Relaxed))
+            .collect()
+    }
+
+    /// The log's writer counters.
+    #[must_use]
+    pub fn wal_stats(&self) -> wal::StatsSnapshot {
+        self.inner.wal.stats()
+    }
+
+    /// The clock commands are stamped with.
+    #[must_use]
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.inner.clock
+    }
+
+    /// Runs `work` on shard `home`'s Arbiter, so it finishes even if the caller stops waiting.
+    pub(crate) async fn detached<T, F>(&self, home: u32, work: F) -> Result<T, EngineError>
+    where
+        T: Send + 'static,
+        F: std::future::Future<Output = Result<T, EngineError>> + Send + 'static,
+    {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let arbiter = self
+            .inner
+            .arbiters
+            .get(home as usize)
+            .ok_or_else(|| EngineError::Unavailable(format!("no shard {home}")))?;
+        let spawned = arbiter.spawn(async move {
+            let _ = tx.send(work.await);
+        });
+        if !spawned {
+            return Err(EngineError::Unavailable(
+                "the engine is shutting down".into(),
+            ));
+        }
+        rx.await
+            .map_err(|_| EngineError::Unavailable("the engine stopped".into()))?
+    }
+
+    /// Executes a command and returns its outcome once durable.
+    pub async fn execute(&self, command: Command) -> Result<Outcome, EngineError> {
+        if let Some(shard) = self.direct_shard(&command) {
+            let executed = self.send(shard, command, None).await?;
+            return executed.result.map_err(EngineError::Rejected);
+        }
+        let engine = self.clone();
+        self.detached(self.home(&command), async move {
+            let executed = engine.dispatch(command, None).await?;
+            executed.result.map_err(EngineError::Rejected)
+        })
+        .await
+    }
+
+    /// Executes a command under an idempotency key. A repeat of the same request gets the first
+    /// answer again (`replayed`); another request under the same key, or one while the first is
+    /// still running, is refused.
+    pub async fn execute_idempotent(
+        &self,
+        command: Command,
+        key: IdempotencyKey,
+    ) -> Result<Reply, EngineError> {
+        let table = &self.inner.idempotency;
+        match table.begin(
+            &key.caller,
+            &key.key,
+            key.fingerprint,
+            self.inner.wal.durable_lsn(),
+        ) {
+            Begin::Replay(response) => {
+                return Ok(Reply {
+                    response,
+                    replayed: true,
+                })
+            }
+            Begin::Reused => return Err(EngineError::IdempotencyKeyReused),
+            Begin::InFlight => return Err(EngineError::IdempotencyInFlight),
+            Begin::Fresh => {}
+        }
+        let record = IdempotencyRecord {
+            caller: key.caller.clone(),
+            key: key.key.clone(),
+            fingerprint: key.fingerprint,
+            at_ms: self.inner.clock.now_ms(),
+            route: key.route,
+            response: None,
+            transfer_uuid: None,
+        };
+        let outcome = match self.direct_shard(&command) {
+            Some(shard) => {
+                let claim = Claim {
+                    record,
+                    answer: Answer::Result,
+                };
+                self.send(shard, command, Some(claim)).await
+            }
+            None => {
+                let engine = self.clone();
+                self.detached(self.home(&command), async move {
+                    engine.dispatch(command, Some(record)).await
+                })
+                .await
+            }
+        };
+        match outcome {
+            Ok(Executed {
+                response: Some(response),
+                ..
+            }) => Ok(Reply {
+                response,
+                replayed: false,
+            }),
+            Ok(Executed { response: None, .. }) => Err(EngineError::Unavailable(
+                "the command's answer was not recorded".into(),
+            )),
+            Err(error) => {
+                // Nothing durable carries the key: free it so a retry can run.
+                if matches!(error, EngineError::Unavailable(_)) {
+                    table.abandon(&key.caller, &key.key);
+                }
+                Err(error)
+            }
+        }
+    }
+
+    /// Reads the state of the shard that owns `wallet_id`. The answer waits until everything the
+    /// shard had logged when it was computed is durable.
+    pub async fn read_wallet<R, F>(&self, wallet_id: WalletId, read: F) -> Result<R, EngineError>
+    where
+        R: Send + 'static,
+        F: FnOnce(&Shard) -> R + Send + 'static,
+    {
+        self.read_shard(self.shard_of_wallet(wallet_id), read).await
+    }
+
+    /// The facts of a wallet that never change (owner, business, currency, type), for permission
+    /// checks, without waiting for durability (see [`actor::Peek`]). `None` if there is no such
+    /// wallet.
+    pub async fn wallet_scope(
+        &self,
+        wallet_id: WalletId,
+    ) -> Result<Option<WalletScope>, EngineError> {
+        if let Some(scope) = self.inner.wallet_scopes.get(&wallet_id) {
+            return Ok(Some(*scope));
+        }
+        let peek = move |s: &Shard| s.wallet(wallet_id).map(WalletScope::of);
+        let scope = self
+            .peek_shard(self.shard_of_wallet(wallet_id), peek)
+            .await?;
+        // Only a wallet that exists is remembered: an unknown id may be created later.
+        if let Some(scope) = scope {
+            let scopes = &self.inner.wallet_scopes;
+            if scopes.len() >= WALLET_SCOPES_MAX {
+                scopes.clear();
+            }
+            scopes.insert(wallet_id, scope);
+        }
+        Ok(scope)
+    }
+
+    /// Like [`Engine::read_shard`] but without waiting for durability: for routing and permission
+    /// checks on facts that never change once written. Never render the result.
+    pub async fn peek_shard<R, F>(&self, shard: u32, peek: F) -> Result<R, EngineError>
+    where
+        R: Send + 'static,
+        F: FnOnce(&Shard) -> R + Send + 'static,
+    {
+        self.addr(shard)?
+            .send(Peek(Box::new(peek)))
+            .await
+            .map_err(unavailable)?
+    }
+
+    /// Reads one shard's state (see [`Engine::read_wallet`]).
+    pub async fn read_shard<R, F>(&self, shard: u32, read: F) -> Result<R, EngineError>
+    where
+        R: Send + 'static,
+        F: FnOnce(&Shard) -> R + Send + 'static,
+    {
+        let addr = self.addr(shard)?;
+        addr.send(Read(Box::new(read)))
+            .await
+            .map_err(unavailable)??
+            .wait()
+            .await
+    }
+
+    /// Reads every shard with the same function, in shard order.
+    pub async fn read_all<R, F>(&self, read: F) -> Result<Vec<R>, EngineError>
+    where
+        R: Send + 'static,
+        F: Fn(&Shard) -> R + Send + Sync + Clone + 'static,
+    {
+        let mut results = Vec::with_capacity(self.inner.shards.len());
+        for shard in 0..self.shard_count() {
+            let read = read.clone();
+            results.push(self.read_shard(shard, move |s| read(s)).await?);
+        }
+        Ok(results)
+    }
+
+    pub(crate) fn addr(&self, shard: u32) -> Result<&Addr<ShardActor>, EngineError> {
+        self.inner
+            .shards
+            .get(shard as usize)
+            .ok_or_else(|| EngineError::Unavailable(format!("no shard {shard}")))
+    }
+
+    pub(crate) async fn send(
+        &self,
+        shard: u32,
+        command: Command,
+        claim: Option<Claim>,
+    ) -> Result<Executed, EngineError> {
+        let message = Execute {
+            command,
+            context: self.inner.clock.context(),
+            claim,
+        };
+        let executed = self
+            .addr(shard)?
+            .send(message)
+            .await
+            .map_err(unavailable)??
+            .wait()
+            .await?;
+        self.maybe_snapshot();
+        Ok(executed)
+    }
+
+    /// Changes the directory (identities); returns the created record's event.
+    pub async fn directory(
+        &self,
+        command: DirectoryCommand,
+    ) -> Result<DirectoryEvent, EngineError> {
+        let engine = self.clone();
+        self.detached(0, async move {
+            let message = ExecuteDirectory {
+                command,
+                context: engine.inner.clock.context(),
+            };
+            engine
+                .addr(0)?
+                .send(message)
+                .await
+                .map_err(unavailable)??
+                .wait()
+                .await?
+                .map_err(EngineError::Rejected)
+        })
+        .await
+    }
+
+    /// Reads the directory; the answer waits until what it shows is durable.
+    pub async fn read_directory<R, F>(&self, read: F) -> Result<R, EngineError>
+    where
+        R: Send + 'static,
+        F: FnOnce(&Directory) -> R + Send + 'static,
+    {
+        self.addr(0)?
+            .send(ReadDirectory(Box::new(read)))
+            .await
+            .map_err(unavailable)??
+            .wait()
+            .await
+    }
+
+    /// Whether business `business_id` exists and is a merchant, without waiting for durability:
+    /// the flag is set when a business is created and never changes, so this is a permission
+    /// fact like [`Engine::wallet_scope`] (never render it). A command that follows is logged
+    /// after the business, in the one log, so it is durable only once the business is.
+    pub async fn is_merchant(&self, business_id: u64) -> Result<bool, EngineError> {
+        self.addr(0)?
+            .send(PeekDirectory(Box::new(move |d: &Directory| {
+                d.business(business_id).is_some_and(|b| b.is_merchant)
+            })))
+            .await
+            .map_err(unavailable)?
+    }
+
+    /// Registers a customer and opens their primary wallet (`currency`, owned by the platform
+    /// business 1). Two durable steps; recovery opens the wallet if a crash fell between them.
+    pub async fn register_customer(
+        &self,
+        name: String,
+        phone: String,
+        email: Option<String>,
+        password_hash: String,
+        currency: Currency,
+    ) -> Result<(Customer, WalletView), EngineError> {
+        let engine = self.clone();
+        self.detached(0, async move {
+            let command = DirectoryCommand::RegisterCustomer {
+                name,
+                phone,
+                email,
+                password_hash,
+            };
+            let DirectoryEvent::CustomerRegistered(customer) = engine.directory(command).await?
+            else {
+                return Err(EngineError::Unavailable(
+                    "registration recorded something else".into(),
+                ));
+            };
+            let wallet = engine.open_primary_wallet(customer.id, currency).await?;
+            Ok((customer, wallet))
+        })
+        .await
+    }
+
+    /// Opens a customer's primary wallet (business 1), or returns the existing one.
+    pub(crate) async fn open_primary_wallet(
+        &self,
+        customer_id: u64,
+        currency: Currency,
+    ) -> Result<WalletView, EngineError> {
+        let create = CreateWallet {
+            owner_type: OwnerType::Customer,
+            owner_id: customer_id,
+            currency,
+            wallet_type: WalletType::Primary,
+            business_id: 1,
+            branch_id: 0,
+            meta: None,
+        };
+        let shard = owner_shard(customer_id, self.shard_count());
+        let existing = self
+            .read_shard(shard, move |s| {
+                let id = s.wallet_of_owner(
+                    OwnerType::Customer,
+                    customer_id,
+                    currency,
+                    WalletType::Primary,
+                )?;
+                s.wallet_view(id).ok()
+            })
+            .await?;
+        if let Some(wallet) = existing {
+            return Ok(wallet);
+        }
+        match self
+            .send(shard, Command::CreateWallet(create), None)
+            .await?
+            .result
+        {
+            Ok(Outcome::Wallet(wallet)) => Ok(wallet),
+            Ok(other) => Err(EngineError::Unavailable(format!(
+                "wallet creation answered {other:?}"
+            ))),
+            Err(rejection) => Err(EngineError::Rejected(rejection)),
+        }
+    }
+
+    /// Expires every overdue hold on every shard now (the shards also do it on a timer), and
+    /// returns how many expired.
+    pub async fn expire_holds(&self) -> Result<usize, EngineError> {
+        let mut expired = 0;
+        for shard in 0..self.shard_count() {
+            let command = Command::ExpireHolds {
+                max_holds: crate::shard::command::EXPIRE_BATCH_MAX,
+            };
+            if let Ok(Outcome::HoldsExpired { count }) =
+                self.send(shard, command, None).await?.result
+            {
+                expired += count;
+            }
+        }
+        Ok(expired)
+    }
+
+    /// Checks every invariant of every shard, and double entry across shards: per currency the
+    /// entries of all shards sum to zero. Returns the first violation found, described.
+    pub async fn check_invariants(&self) -> Result<(), String> {
+        let checks = self
+            .read_all(|s| {
+                (
+                    s.check_invariants().map_err(|v| v.to_string()),
+                    s.entry_sums_by_currency(),
+                )
+            })
+            .await
+            .map_err(|e| e.to_string())?;
+        let mut totals: std::collections::BTreeMap<
+            crate::values::currency::Currency,
+            rust_decimal::Decimal,
+        > = std::collections::BTreeMap::new();
+        for (shard, (check, sums)) in checks.into_iter().enumerate() {
+            check.map_err(|v| format!("shard {shard}: {v}"))?;
+            for (currency, sum) in sums {
+                let sum = sum
+                    .ok_or_else(|| format!("shard {shard}: {} sum overflowed", currency.code()))?;
+                *totals.entry(currency).or_default() += sum;
+            }
+        }
+        for (currency, total) in totals {
+            if !total.is_zero() {
+                return Err(format!(
+                    "entries in {} across all shards sum to {total}, not zero",
+                    currency.code()
+                ));
+            }
+        }
+        let legs = self
+            .read_all(Shard::cross_shard_legs)
+            .await
+            .map_err(|e| e.to_string())?;
+        crate::shard::commerce::invariants::check_cross_shard_pairs(&legs)
+    }
+
+    /// Cross-shard moves still between their first and last step (transfers and payment
+    /// reservations `reserved`). After recovery there are none: it finishes them.
+    pub async fn pending_cross_shard_moves(&self) -> Result<usize, EngineError> {
+        let counts = self
+            .read_all(|s| {
+                s.pending_outgoing_transfers().len() + s.pending_payment_reservations().len()
+            })
+            .await?;
+        Ok(counts.iter().sum())
+    }
+
+    /// Stops the shards, makes the log durable and closes it. Requests still queued fail.
+    /// Dropping the last handle does the same, without reporting a failure to flush.
+    pub fn shutdown(self) -> Result<(), EngineError> {
+        self.inner.stop()
+    }
+}
+
+/// What never changes about a wallet once it exists: enough to check a caller's permission.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WalletScope {
+    pub wallet_id: WalletId,
+    pub owner_type: OwnerType,
+    pub owner_id: u64,
+    pub business_id: u64,
+    pub currency: Currency,
+    pub wallet_type: WalletType,
+}
+
+impl WalletScope {
+    #[must_use]
+    pub fn of(wallet: &crate::ledger::wallet::Wallet) -> Self {
+        WalletScope {
+            wallet_id: wallet.id(),
+            owner_type: wallet.owner_type(),
+            owner_id: wallet.owner_id(),
+            business_id: wallet.business_id(),
+            currency: wallet.currency(),
+            wallet_type: wallet.wallet_type(),
+        }
+    }
+}

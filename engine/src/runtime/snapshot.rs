@@ -1,0 +1,121 @@
+//! Snapshots at run time: taken every `snapshot_every_records` records (or on demand) without
+//! stopping traffic; each shard's image is built on its own thread, the directory's on the lead's.
+
+use crate::runtime::config::{unavailable, EngineError};
+use crate::runtime::engine::Engine;
+use crate::runtime::recovery;
+use crate::runtime::{idempotency, image};
+use crate::shard::state::Shard;
+
+impl Engine {
+    /// Takes a snapshot now: captures every shard (each pauses only to clone its state), then
+    /// Takes a snapshot now and returns the LSN it covers (the durable LSN when it started).
+    ///
+    /// The live shards are not touched: a background thread loads the previous snapshot, replays
+    /// the durable log after it up to that LSN (the same code recovery runs, so the result equals
+    /// the live state at that LSN, by determinism), and writes the image. Traffic never pauses;
+    /// the cost grows with the log written since the last snapshot, not with history.
+    pub async fn snapshot(&self) -> Result<u64, EngineError> {
+        if !self.claim_snapshot() {
+            return Err(EngineError::Unavailable(
+                "a snapshot is already being taken".into(),
+            ));
+        }
+        self.snapshot_claimed().await
+    }
+    /// Marks a snapshot as running; false if one already is.
+    pub(crate) fn claim_snapshot(&self) -> bool {
+        let mut state = self
+            .inner
+            .snapshot_state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if state.running {
+            return false;
+        }
+        state.running = true;
+        true
+    }
+    /// Runs a claimed snapshot and releases the claim.
+    pub(crate) async fn snapshot_claimed(&self) -> Result<u64, EngineError> {
+        let result = self.build_snapshot().await;
+        let mut state = self
+            .inner
+            .snapshot_state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        state.running = false;
+        if let Ok(lsn) = &result {
+            state.last_lsn = *lsn;
+        }
+        result
+    }
+
+    pub(crate) async fn build_snapshot(&self) -> Result<u64, EngineError> {
+        let target = self.inner.wal.durable_lsn();
+        let cutoff = self.inner.clock.now_ms() - idempotency::RETENTION_MS;
+        self.inner.idempotency.purge_before(cutoff);
+        let wal = self.inner.wal.clone();
+        let dir = self.inner.config.wal_dir();
+        let count = self.shard_count();
+        let record_bytes_max = self.inner.config.wal.record_bytes_max;
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        std::thread::Builder::new()
+            .name("snapshot".into())
+            .spawn(move || {
+                let started = std::time::Instant::now();
+                let built = (|| -> Result<std::path::PathBuf, EngineError> {
+                    let mut state = recovery::Replayed::load(&dir, count).map_err(unavailable)?;
+                    let from = state.replay_from();
+                    wal::reader::read_range(&dir, record_bytes_max, from, target, &mut |record| state.apply(record))
+                        .map_err(unavailable)?;
+                    let captures: Vec<(u64, Shard)> = state.shards.into_iter().map(|shard| (target, shard)).collect();
+                    let keys = state.table.durable_records(cutoff, target);
+                    let payload = image::encode(&captures, &state.directory, &keys);
+                    let path = wal.checkpoint(target, &payload).map_err(unavailable)?;
+                    tracing::info!(snapshot = %path.display(), covered_lsn = target, bytes = payload.len(), took_ms = started.elapsed().as_millis() as u64, "snapshot written");
+                    Ok(path)
+                })();
+                drop(wal);
+                let _ = tx.send(built.map(|_| target));
+            })
+            .map_err(unavailable)?;
+        rx.await.map_err(unavailable)?
+    }
+    /// Starts a snapshot in the background when enough records were logged since the last one.
+    pub(crate) fn maybe_snapshot(&self) {
+        let every = self.inner.config.snapshot_every_records;
+        if every == 0 {
+            return;
+        }
+        let last = self.inner.wal.last_lsn();
+        {
+            let state = self
+                .inner
+                .snapshot_state
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if state.running || last < state.last_lsn + every {
+                return;
+            }
+        }
+        // Claimed before spawning, so requests finishing meanwhile do not start more.
+        if !self.claim_snapshot() {
+            return;
+        }
+        let Some(arbiter) = self.inner.arbiters.first() else {
+            self.inner
+                .snapshot_state
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .running = false;
+            return;
+        };
+        let engine = self.clone();
+        arbiter.spawn(async move {
+            if let Err(error) = engine.snapshot_claimed().await {
+                tracing::warn!(%error, "periodic snapshot failed");
+            }
+        });
+    }
+}

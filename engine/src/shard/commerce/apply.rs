@@ -1,0 +1,541 @@
+//! `Shard::apply` for the commerce events: each arm checks that the event fits (records exist and
+//! are in the state the transition starts from, ids in sequence, the postings it refers to were
+//! applied before it in the batch), then mutates the records and their indexes.
+
+use rust_decimal::Decimal;
+
+use crate::commerce::payment::{
+    IncomingPaymentCredit, Payment, PaymentLink, PaymentMoveKind, PaymentReservation,
+    PaymentStatus, QrCode,
+};
+use crate::commerce::payout::{
+    Payout, PayoutAttempt, PayoutAttemptStatus, PayoutChange, Settlement, SettlementChange, Stamp,
+};
+use crate::ledger::hold::HoldStatus;
+use crate::ledger::transfer::TransferState;
+use crate::shard::event::Event;
+use crate::shard::state::Shard;
+use crate::values::error::ApplyError;
+use crate::values::ids::{HoldId, PayoutId, SettlementId, TransactionId, Uuid, WalletId};
+
+impl Shard {
+    pub(crate) fn apply_commerce(&mut self, event: &Event) -> Result<(), ApplyError> {
+        match event {
+            Event::PaymentInitiated(payment) => self.apply_payment_initiated(payment),
+            Event::PaymentCompleted {
+                payment_uuid,
+                merchant_transaction_id,
+                at_ms,
+            } => self.apply_payment_completed(*payment_uuid, *merchant_transaction_id, *at_ms),
+            Event::PaymentClosed {
+                payment_uuid,
+                status,
+                at_ms,
+            } => {
+                let payment = self.payment_for_apply(*payment_uuid)?;
+                if payment.status != PaymentStatus::Pending {
+                    return Err(ApplyError::new(
+                        "only a pending payment closes",
+                        payment.id.0,
+                    ));
+                }
+                payment.status = *status;
+                payment.closed_at_ms = Some(*at_ms);
+                payment.updated_at_ms = *at_ms;
+                Ok(())
+            }
+            Event::PaymentRefundTotalChanged {
+                payment_uuid,
+                refunded_amount,
+                at_ms,
+            } => {
+                let payment = self.payment_for_apply(*payment_uuid)?;
+                if !payment.status.is_completed() || *refunded_amount > payment.amount {
+                    return Err(ApplyError::new(
+                        "refunds of a payment that is not completed, or above its amount",
+                        payment.id.0,
+                    ));
+                }
+                payment.refunded_amount = *refunded_amount;
+                payment.status = PaymentStatus::after_refunds(payment.amount, *refunded_amount);
+                payment.updated_at_ms = *at_ms;
+                Ok(())
+            }
+            Event::PaymentLinkCreated(link) => self.apply_link_created(link),
+            Event::PaymentLinkUsed {
+                link_uuid,
+                payment_uuid,
+                at_ms,
+            } => {
+                let completed = self
+                    .commerce
+                    .payments
+                    .get(payment_uuid)
+                    .is_some_and(|payment| payment.status.is_completed());
+                let link = self
+                    .commerce
+                    .links
+                    .get_mut(link_uuid)
+                    .ok_or(ApplyError::new("unknown payment link", 0))?;
+                if link.used_by_payment_uuid.is_some() || !completed {
+                    return Err(ApplyError::new(
+                        "link already used, or its payment not completed",
+                        link.id.0,
+                    ));
+                }
+                link.used_by_payment_uuid = Some(*payment_uuid);
+                link.used_at_ms = Some(*at_ms);
+                Ok(())
+            }
+            Event::QrCreated(qr) => self.apply_qr_created(qr),
+            Event::PaymentReserved(reservation) => self.apply_payment_reserved(reservation),
+            Event::PaymentCredited(credit) => self.apply_payment_credited(credit),
+            Event::PaymentReserveFinalized {
+                reservation_uuid,
+                at_ms,
+            } => self.settle_reservation(*reservation_uuid, TransferState::Finalized, *at_ms),
+            Event::PaymentReserveReleased {
+                reservation_uuid,
+                at_ms,
+            } => self.settle_reservation(*reservation_uuid, TransferState::Released, *at_ms),
+            Event::PayoutCreated(payout) => self.apply_payout_created(payout),
+            Event::PayoutChanged {
+                payout_id,
+                change,
+                at_ms,
+            } => self.apply_payout_changed(*payout_id, change, *at_ms),
+            Event::SettlementCreated(settlement) => self.apply_settlement_created(settlement),
+            Event::SettlementChanged {
+                settlement_id,
+                change,
+                at_ms,
+            } => self.apply_settlement_changed(*settlement_id, change, *at_ms),
+            _ => Err(ApplyError::new("internal: not a commerce event", 0)),
+        }
+    }
+
+    fn payment_for_apply(&mut self, uuid: Uuid) -> Result<&mut Payment, ApplyError> {
+        self.commerce
+            .payments
+            .get_mut(&uuid)
+            .ok_or(ApplyError::new("unknown payment", 0))
+    }
+
+    /// Whether `wallet_id` is a client wallet of this shard in `currency` with `transaction_id`
+    /// (pass `None` to skip the transaction).
+    fn has_client_wallet(
+        &self,
+        wallet_id: WalletId,
+        currency: crate::values::currency::Currency,
+        transaction_id: Option<TransactionId>,
+    ) -> bool {
+        self.wallet(wallet_id).is_some_and(|wallet| {
+            !wallet.is_system()
+                && wallet.currency() == currency
+                && transaction_id.is_none_or(|id| wallet.transaction(id).is_some())
+        })
+    }
+
+    fn apply_payment_initiated(&mut self, payment: &Payment) -> Result<(), ApplyError> {
+        let id = payment.id.0;
+        let next = self.next_in_sequence(
+            id,
+            self.commerce.next_payment_seq,
+            "payment id out of sequence",
+        )?;
+        if self.commerce.payments.contains_key(&payment.uuid) {
+            return Err(ApplyError::new("duplicate payment uuid", id));
+        }
+        if !self.has_client_wallet(payment.merchant_wallet_id, payment.currency, None) {
+            return Err(ApplyError::new(
+                "payment's merchant wallet does not fit",
+                id,
+            ));
+        }
+        if payment
+            .payment_link_uuid
+            .is_some_and(|link| !self.commerce.links.contains_key(&link))
+        {
+            return Err(ApplyError::new("payment's link unknown", id));
+        }
+        self.commerce.payments.insert(payment.uuid, payment.clone());
+        self.commerce.next_payment_seq = next;
+        Ok(())
+    }
+
+    fn apply_payment_completed(
+        &mut self,
+        uuid: Uuid,
+        merchant_transaction_id: TransactionId,
+        at_ms: i64,
+    ) -> Result<(), ApplyError> {
+        let payment = self
+            .commerce
+            .payments
+            .get(&uuid)
+            .ok_or(ApplyError::new("unknown payment", 0))?;
+        if payment.status != PaymentStatus::Pending
+            || !self.has_client_wallet(
+                payment.merchant_wallet_id,
+                payment.currency,
+                Some(merchant_transaction_id),
+            )
+        {
+            return Err(ApplyError::new(
+                "only a pending payment with its merchant credit completes",
+                payment.id.0,
+            ));
+        }
+        let payment = self.payment_for_apply(uuid)?;
+        payment.status = PaymentStatus::Completed;
+        payment.merchant_transaction_id = Some(merchant_transaction_id);
+        payment.completed_at_ms = Some(at_ms);
+        payment.updated_at_ms = at_ms;
+        Ok(())
+    }
+
+    fn apply_link_created(&mut self, link: &PaymentLink) -> Result<(), ApplyError> {
+        let id = link.id.0;
+        let next =
+            self.next_in_sequence(id, self.commerce.next_link_seq, "link id out of sequence")?;
+        if self.commerce.links.contains_key(&link.uuid)
+            || !self.has_client_wallet(link.merchant_wallet_id, link.currency, None)
+        {
+            return Err(ApplyError::new("duplicate link or wallet does not fit", id));
+        }
+        self.commerce.links.insert(link.uuid, link.clone());
+        self.commerce.next_link_seq = next;
+        Ok(())
+    }
+
+    fn apply_qr_created(&mut self, qr: &QrCode) -> Result<(), ApplyError> {
+        let id = qr.id.0;
+        let next = self.next_in_sequence(id, self.commerce.next_qr_seq, "qr id out of sequence")?;
+        if self.commerce.qrs.contains_key(&qr.uuid)
+            || !self.has_client_wallet(qr.merchant_wallet_id, qr.currency, None)
+        {
+            return Err(ApplyError::new("duplicate QR or wallet does not fit", id));
+        }
+        self.commerce.qrs.insert(qr.uuid, qr.clone());
+        self.commerce.next_qr_seq = next;
+        Ok(())
+    }
+
+    fn apply_payment_reserved(
+        &mut self,
+        reservation: &PaymentReservation,
+    ) -> Result<(), ApplyError> {
+        let id = reservation.transaction_id.0;
+        if self.commerce.reservations.contains_key(&reservation.uuid)
+            || !self.has_client_wallet(
+                reservation.source_wallet_id,
+                reservation.currency,
+                Some(reservation.transaction_id),
+            )
+        {
+            return Err(ApplyError::new(
+                "duplicate reservation or its debit is missing",
+                id,
+            ));
+        }
+        if reservation.kind == PaymentMoveKind::Charge {
+            if self
+                .index
+                .commerce
+                .open_charges
+                .contains_key(&reservation.payment_uuid)
+            {
+                return Err(ApplyError::new("payment already has an open charge", id));
+            }
+            self.index
+                .commerce
+                .open_charges
+                .insert(reservation.payment_uuid, reservation.uuid);
+        }
+        self.commerce
+            .reservations
+            .insert(reservation.uuid, reservation.clone());
+        Ok(())
+    }
+
+    fn apply_payment_credited(&mut self, credit: &IncomingPaymentCredit) -> Result<(), ApplyError> {
+        let id = credit.transaction_id.0;
+        if self.commerce.credits.contains_key(&credit.uuid)
+            || !self.has_client_wallet(
+                credit.target_wallet_id,
+                credit.currency,
+                Some(credit.transaction_id),
+            )
+        {
+            return Err(ApplyError::new(
+                "reservation already credited or its credit is missing",
+                id,
+            ));
+        }
+        self.commerce.credits.insert(credit.uuid, credit.clone());
+        Ok(())
+    }
+
+    fn settle_reservation(
+        &mut self,
+        uuid: Uuid,
+        state: TransferState,
+        at_ms: i64,
+    ) -> Result<(), ApplyError> {
+        let reservation = self
+            .commerce
+            .reservations
+            .get_mut(&uuid)
+            .ok_or(ApplyError::new("unknown payment reservation", 0))?;
+        if reservation.state != TransferState::Reserved {
+            return Err(ApplyError::new(
+                "payment reservation already settled",
+                reservation.transaction_id.0,
+            ));
+        }
+        reservation.state = state;
+        reservation.settled_at_ms = Some(at_ms);
+        if state == TransferState::Released && reservation.kind == PaymentMoveKind::Charge {
+            let payment_uuid = reservation.payment_uuid;
+            self.index.commerce.open_charges.remove(&payment_uuid);
+        }
+        Ok(())
+    }
+
+    /// The status of hold `hold_id` on `wallet_id`, and its amount.
+    fn hold_state(&self, wallet_id: WalletId, hold_id: HoldId) -> Option<(HoldStatus, Decimal)> {
+        let hold = self.wallet(wallet_id)?.hold(hold_id)?;
+        Some((hold.status, hold.amount))
+    }
+
+    fn apply_payout_created(&mut self, payout: &Payout) -> Result<(), ApplyError> {
+        let id = payout.id.0;
+        let next = self.next_in_sequence(
+            id,
+            self.commerce.next_payout_seq,
+            "payout id out of sequence",
+        )?;
+        let hold_fits = self.hold_state(payout.wallet_id, payout.hold_id)
+            == Some((HoldStatus::Active, payout.amount));
+        if !hold_fits
+            || !self.has_client_wallet(payout.wallet_id, payout.currency, None)
+            || self
+                .index
+                .commerce
+                .payout_holds
+                .contains_key(&payout.hold_id)
+        {
+            return Err(ApplyError::new(
+                "payout's wallet or active hold does not fit",
+                id,
+            ));
+        }
+        self.index
+            .commerce
+            .payout_holds
+            .insert(payout.hold_id, payout.id);
+        self.commerce.payouts.insert(payout.id, payout.clone());
+        self.commerce.next_payout_seq = next;
+        Ok(())
+    }
+
+    fn apply_payout_changed(
+        &mut self,
+        payout_id: PayoutId,
+        change: &PayoutChange,
+        at_ms: i64,
+    ) -> Result<(), ApplyError> {
+        let id = payout_id.0;
+        let payout = self
+            .commerce
+            .payouts
+            .get(&payout_id)
+            .ok_or(ApplyError::new("unknown payout", id))?;
+        let next = change.status();
+        if !payout.status.can_become(next) {
+            return Err(ApplyError::new("payout transition not allowed", id));
+        }
+        // The hold and postings the change relies on came earlier in the batch.
+        let hold = self.hold_state(payout.wallet_id, payout.hold_id);
+        let wallet = self.wallet(payout.wallet_id);
+        let fits = match change {
+            PayoutChange::Approved { .. } | PayoutChange::Paid { .. } => true,
+            PayoutChange::Rejected { .. } | PayoutChange::Cancelled { .. } => {
+                hold.is_some_and(|(status, _)| status == HoldStatus::Released)
+            }
+            PayoutChange::Executed { transaction_id, .. } => {
+                hold.is_some_and(|(status, _)| status == HoldStatus::Captured)
+                    && wallet.is_some_and(|w| w.transaction(*transaction_id).is_some())
+            }
+            PayoutChange::Failed {
+                return_transaction_id,
+                ..
+            } => wallet.is_some_and(|w| w.transaction(*return_transaction_id).is_some()),
+        };
+        if !fits {
+            return Err(ApplyError::new(
+                "payout change without its hold closing or posting",
+                id,
+            ));
+        }
+        let payout = self
+            .commerce
+            .payouts
+            .get_mut(&payout_id)
+            .ok_or(ApplyError::new("unknown payout", id))?;
+        payout.status = next;
+        payout.updated_at_ms = at_ms;
+        match change {
+            PayoutChange::Approved { by, notes } => {
+                payout.approved = Some(Stamp { by: *by, at_ms });
+                payout.approval_notes.clone_from(notes);
+            }
+            PayoutChange::Rejected { by, reason } => {
+                payout.rejected = Some(Stamp { by: *by, at_ms });
+                payout.rejection_reason = Some(reason.clone());
+            }
+            PayoutChange::Cancelled { by } => payout.cancelled = Some(Stamp { by: *by, at_ms }),
+            PayoutChange::Executed { by, transaction_id } => {
+                payout.executed = Some(Stamp { by: *by, at_ms });
+                payout.transaction_id = Some(*transaction_id);
+                let number = u32::try_from(payout.attempts.len())
+                    .unwrap_or(u32::MAX)
+                    .saturating_add(1);
+                // Our reference for the provider, until its result brings its own; derived from
+                // stored state, so replay derives the same one.
+                let provider_ref = format!("po_{}_{number}", payout.uuid).into_boxed_str();
+                payout.attempts.push(PayoutAttempt {
+                    number,
+                    status: PayoutAttemptStatus::Submitted,
+                    submitted_at_ms: at_ms,
+                    completed_at_ms: None,
+                    provider_ref: Some(provider_ref),
+                });
+            }
+            PayoutChange::Paid { provider_ref } | PayoutChange::Failed { provider_ref, .. } => {
+                let succeeded = matches!(change, PayoutChange::Paid { .. });
+                if succeeded {
+                    payout.paid_at_ms = Some(at_ms);
+                } else {
+                    payout.failed_at_ms = Some(at_ms);
+                }
+                if let PayoutChange::Failed {
+                    return_transaction_id,
+                    ..
+                } = change
+                {
+                    payout.return_transaction_id = Some(*return_transaction_id);
+                }
+                if let Some(attempt) = payout.attempts.last_mut() {
+                    attempt.status = if succeeded {
+                        PayoutAttemptStatus::Succeeded
+                    } else {
+                        PayoutAttemptStatus::Failed
+                    };
+                    attempt.completed_at_ms = Some(at_ms);
+                    if provider_ref.is_some() {
+                        attempt.provider_ref.clone_from(provider_ref);
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn apply_settlement_created(&mut self, settlement: &Settlement) -> Result<(), ApplyError> {
+        let id = settlement.id.0;
+        let next = self.next_in_sequence(
+            id,
+            self.commerce.next_settlement_seq,
+            "settlement id out of sequence",
+        )?;
+        let wallet = self
+            .wallet(settlement.wallet_id)
+            .filter(|wallet| !wallet.is_system() && wallet.currency() == settlement.currency)
+            .ok_or(ApplyError::new("settlement's wallet does not fit", id))?;
+        for item in &settlement.items {
+            let fits = wallet
+                .transaction(item.transaction_id)
+                .is_some_and(|transaction| transaction.uuid == item.transaction_uuid);
+            if !fits
+                || self
+                    .index
+                    .commerce
+                    .settled
+                    .contains_key(&item.transaction_id)
+            {
+                return Err(ApplyError::new(
+                    "settlement item unknown or already settled",
+                    item.transaction_id.0,
+                ));
+            }
+        }
+        for item in &settlement.items {
+            self.index
+                .commerce
+                .settled
+                .insert(item.transaction_id, settlement.id);
+        }
+        self.commerce
+            .settlements
+            .insert(settlement.id, settlement.clone());
+        self.commerce.next_settlement_seq = next;
+        Ok(())
+    }
+
+    fn apply_settlement_changed(
+        &mut self,
+        settlement_id: SettlementId,
+        change: &SettlementChange,
+        at_ms: i64,
+    ) -> Result<(), ApplyError> {
+        let id = settlement_id.0;
+        let settlement = self
+            .commerce
+            .settlements
+            .get(&settlement_id)
+            .ok_or(ApplyError::new("unknown settlement", id))?;
+        let next = change.status();
+        if !settlement.status.can_become(next) {
+            return Err(ApplyError::new("settlement transition not allowed", id));
+        }
+        if let SettlementChange::Executed { transaction_id, .. } = change {
+            let posted = self
+                .wallet(settlement.wallet_id)
+                .is_some_and(|wallet| wallet.transaction(*transaction_id).is_some());
+            if !posted {
+                return Err(ApplyError::new("settlement executed without its debit", id));
+            }
+        }
+        if !next.claims_items() {
+            for item in &settlement.items {
+                self.index.commerce.settled.remove(&item.transaction_id);
+            }
+        }
+        let settlement = self
+            .commerce
+            .settlements
+            .get_mut(&settlement_id)
+            .ok_or(ApplyError::new("unknown settlement", id))?;
+        settlement.status = next;
+        settlement.updated_at_ms = at_ms;
+        match change {
+            SettlementChange::Approved { by, notes } => {
+                settlement.approved = Some(Stamp { by: *by, at_ms });
+                settlement.approval_notes.clone_from(notes);
+            }
+            SettlementChange::Rejected { by, reason } => {
+                settlement.rejected = Some(Stamp { by: *by, at_ms });
+                settlement.rejection_reason = Some(reason.clone());
+            }
+            SettlementChange::Cancelled { by } => {
+                settlement.cancelled = Some(Stamp { by: *by, at_ms });
+            }
+            SettlementChange::Executed { by, transaction_id } => {
+                settlement.executed = Some(Stamp { by: *by, at_ms });
+                settlement.transaction_id = Some(*transaction_id);
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,264 @@
+//! Reads of the commerce records: lookups, views, filtered pages, and what recovery must finish.
+//!
+//! Lists are newest first (highest id first: ids only grow within a shard). With several shards
+//! each shard pages its own records; the API merges (a record lives on exactly one shard: its
+//! wallet's).
+
+use crate::commerce::payment::{
+    IncomingPaymentCredit, Payment, PaymentLink, PaymentReservation, PaymentStatus, QrCode,
+};
+use crate::commerce::payout::{Payout, PayoutStatus, Settlement, SettlementStatus};
+use crate::commerce::view::{PaymentLinkView, PaymentView, PayoutView, QrView, SettlementView};
+use crate::ledger::transfer::TransferState;
+use crate::ledger::view::{TransactionView, WalletView};
+use crate::ledger::wallet::OwnerType;
+use crate::shard::command::{paginate, Page, Paged};
+use crate::shard::state::Shard;
+use crate::values::error::Rejection;
+use crate::values::ids::{PayoutId, SettlementId, Uuid, WalletId};
+
+/// Filters of the payment list; `None` matches everything.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PaymentFilter {
+    pub merchant_id: Option<u64>,
+    pub merchant_wallet_id: Option<WalletId>,
+    pub status: Option<PaymentStatus>,
+}
+
+/// Filters of `GET /payouts`; `None` matches everything.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PayoutFilter {
+    pub wallet_id: Option<WalletId>,
+    pub status: Option<PayoutStatus>,
+    pub business_id: Option<u64>,
+}
+
+/// Filters of `GET /wallet-settlements`; `None` matches everything.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SettlementFilter {
+    pub wallet_id: Option<WalletId>,
+    pub status: Option<SettlementStatus>,
+    pub business_id: Option<u64>,
+}
+
+fn matches<T: PartialEq>(filter: Option<T>, value: T) -> bool {
+    filter.is_none_or(|wanted| wanted == value)
+}
+
+impl Shard {
+    #[must_use]
+    pub fn payment(&self, uuid: Uuid) -> Option<&Payment> {
+        self.commerce.payments.get(&uuid)
+    }
+
+    /// The payment with this uuid (`PaymentResult` source).
+    pub fn payment_view(&self, uuid: Uuid) -> Result<PaymentView, Rejection> {
+        let payment = self.payment(uuid).ok_or(Rejection::NotFound("payment"))?;
+        Ok(PaymentView::of(
+            self.wallet(payment.merchant_wallet_id),
+            payment,
+        ))
+    }
+
+    /// Payments, newest first.
+    #[must_use]
+    pub fn payments_page(&self, filter: &PaymentFilter, page: Page) -> Paged<PaymentView> {
+        let mut payments: Vec<&Payment> = self
+            .commerce
+            .payments
+            .values()
+            .filter(|payment| {
+                matches(filter.merchant_id, payment.merchant_id)
+                    && matches(filter.merchant_wallet_id, payment.merchant_wallet_id)
+                    && matches(filter.status, payment.status)
+            })
+            .collect();
+        payments.sort_unstable_by_key(|payment| std::cmp::Reverse(payment.id));
+        let paged = paginate(payments.into_iter(), page);
+        Paged {
+            records: paged
+                .records
+                .into_iter()
+                .map(|payment| PaymentView::of(self.wallet(payment.merchant_wallet_id), payment))
+                .collect(),
+            total: paged.total,
+        }
+    }
+
+    #[must_use]
+    pub fn payment_link(&self, uuid: Uuid) -> Option<&PaymentLink> {
+        self.commerce.links.get(&uuid)
+    }
+
+    /// The link with its status as of `now_ms`.
+    pub fn payment_link_view(&self, uuid: Uuid, now_ms: i64) -> Result<PaymentLinkView, Rejection> {
+        self.payment_link(uuid)
+            .map(|link| PaymentLinkView::of(link, now_ms))
+            .ok_or(Rejection::NotFound("payment link"))
+    }
+
+    #[must_use]
+    pub fn qr(&self, uuid: Uuid) -> Option<&QrCode> {
+        self.commerce.qrs.get(&uuid)
+    }
+
+    pub fn qr_view(&self, uuid: Uuid) -> Result<QrView, Rejection> {
+        self.qr(uuid)
+            .map(QrView::of)
+            .ok_or(Rejection::NotFound("qr"))
+    }
+
+    #[must_use]
+    pub fn payout(&self, payout_id: PayoutId) -> Option<&Payout> {
+        self.commerce.payouts.get(&payout_id)
+    }
+
+    pub fn payout_view(&self, payout_id: PayoutId) -> Result<PayoutView, Rejection> {
+        let payout = self
+            .payout(payout_id)
+            .ok_or(Rejection::NotFound("payout"))?;
+        Ok(PayoutView::of(self.wallet(payout.wallet_id), payout))
+    }
+
+    /// Payouts, newest first.
+    #[must_use]
+    pub fn payouts_page(&self, filter: &PayoutFilter, page: Page) -> Paged<PayoutView> {
+        let matching = self.commerce.payouts.values().rev().filter(|payout| {
+            matches(filter.wallet_id, payout.wallet_id)
+                && matches(filter.status, payout.status)
+                && matches(filter.business_id, payout.business_id)
+        });
+        let paged = paginate(matching, page);
+        Paged {
+            records: paged
+                .records
+                .into_iter()
+                .map(|payout| PayoutView::of(self.wallet(payout.wallet_id), payout))
+                .collect(),
+            total: paged.total,
+        }
+    }
+
+    #[must_use]
+    pub fn settlement(&self, settlement_id: SettlementId) -> Option<&Settlement> {
+        self.commerce.settlements.get(&settlement_id)
+    }
+
+    pub fn settlement_view(
+        &self,
+        settlement_id: SettlementId,
+    ) -> Result<SettlementView, Rejection> {
+        let settlement = self
+            .settlement(settlement_id)
+            .ok_or(Rejection::NotFound("settlement"))?;
+        Ok(SettlementView::of(
+            self.wallet(settlement.wallet_id),
+            settlement,
+        ))
+    }
+
+    /// Settlements, newest first.
+    #[must_use]
+    pub fn settlements_page(&self, filter: &SettlementFilter, page: Page) -> Paged<SettlementView> {
+        let matching = self
+            .commerce
+            .settlements
+            .values()
+            .rev()
+            .filter(|settlement| {
+                matches(filter.wallet_id, settlement.wallet_id)
+                    && matches(filter.status, settlement.status)
+                    && matches(filter.business_id, settlement.business_id)
+            });
+        let paged = paginate(matching, page);
+        Paged {
+            records: paged
+                .records
+                .into_iter()
+                .map(|settlement| SettlementView::of(self.wallet(settlement.wallet_id), settlement))
+                .collect(),
+            total: paged.total,
+        }
+    }
+
+    /// The merchant's wallets on this shard (owner type merchant, business `merchant_id`), in id
+    /// order (the merchant overview).
+    #[must_use]
+    pub fn merchant_wallets(&self, merchant_id: u64) -> Vec<WalletView> {
+        self.wallets()
+            .filter(|wallet| {
+                wallet.owner_type() == OwnerType::Merchant && wallet.business_id() == merchant_id
+            })
+            .map(WalletView::of)
+            .collect()
+    }
+
+    /// Every transaction of the merchant's wallets on this shard (payments in, refunds, payouts,
+    /// settlements, deposits, ...), newest first.
+    #[must_use]
+    pub fn merchant_transactions_page(
+        &self,
+        merchant_id: u64,
+        page: Page,
+    ) -> Paged<TransactionView> {
+        let mut credits: Vec<(
+            &crate::ledger::wallet::Wallet,
+            &crate::ledger::transaction::Transaction,
+        )> = self
+            .wallets()
+            .filter(|wallet| {
+                wallet.owner_type() == OwnerType::Merchant && wallet.business_id() == merchant_id
+            })
+            .flat_map(|wallet| {
+                wallet
+                    .transactions()
+                    .iter()
+                    .map(move |transaction| (wallet, transaction))
+            })
+            .collect();
+        credits.sort_unstable_by_key(|(_, transaction)| std::cmp::Reverse(transaction.id));
+        let paged = paginate(credits.into_iter(), page);
+        Paged {
+            records: paged
+                .records
+                .into_iter()
+                .map(|(wallet, transaction)| TransactionView::of(wallet, transaction))
+                .collect(),
+            total: paged.total,
+        }
+    }
+
+    /// A cross-shard payment step this shard is the source of.
+    #[must_use]
+    pub fn payment_reservation(&self, uuid: Uuid) -> Option<&PaymentReservation> {
+        self.commerce.reservations.get(&uuid)
+    }
+
+    /// The charge reservation of a payment that is not released (reserved or finalized), if any.
+    #[must_use]
+    pub fn open_charge_reservation(&self, payment_uuid: Uuid) -> Option<&PaymentReservation> {
+        self.index
+            .commerce
+            .open_charges
+            .get(&payment_uuid)
+            .and_then(|uuid| self.commerce.reservations.get(uuid))
+    }
+
+    /// A cross-shard payment step this shard credited.
+    #[must_use]
+    pub fn incoming_payment_credit(&self, uuid: Uuid) -> Option<&IncomingPaymentCredit> {
+        self.commerce.credits.get(&uuid)
+    }
+
+    /// Payment reservations still `reserved` (neither finalized nor released), in uuid order:
+    /// what recovery must complete (see `payment` docs).
+    #[must_use]
+    pub fn pending_payment_reservations(&self) -> Vec<PaymentReservation> {
+        self.commerce
+            .reservations
+            .values()
+            .filter(|reservation| reservation.state == TransferState::Reserved)
+            .cloned()
+            .collect()
+    }
+}

@@ -1,0 +1,299 @@
+//! Report queries (decisions §4 "Reports"): pure reads of one shard that the API sums across shards
+//! with the `merge_*` functions.
+//!
+//! | report | rows | counts |
+//! |---|---|---|
+//! | fees | `{currency, total_fees, count}` | payments that completed in the range (refunded ones too: fees are kept), by merchant business |
+//! | payouts | `{status, currency, count, total_amount}` | payouts created in the range, by the wallet's business |
+//! | settlements | `{status, currency, count, total_amount}` (net totals) | settlements created in the range |
+//! | summary | `{currency, wallet_count, total_balance, total_held, total_pending}` | customer and merchant wallets now (decisions §6; never system accounts) |
+//! | transactions | `{transaction_type, currency, count, total_amount}` | client wallet transactions created in the range |
+//!
+//! Rows come in key order (`BTreeMap`), so the output is deterministic. Sums saturate instead of
+//! overflowing (they cannot reach `Decimal`'s 7.9e28 with amounts of at most 1e12 each).
+
+use std::collections::BTreeMap;
+
+use rust_decimal::Decimal;
+
+use crate::commerce::payout::{PayoutStatus, SettlementStatus};
+use crate::ledger::transaction::TransactionType;
+use crate::ledger::wallet::OwnerType;
+use crate::shard::state::Shard;
+use crate::values::currency::Currency;
+
+/// The range and scope of a report. `from_ms..=to_ms` (the API passes the start of `from` and the
+/// last millisecond of `to`); `None` matches every business or currency.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReportRange {
+    pub from_ms: i64,
+    pub to_ms: i64,
+    pub business_id: Option<u64>,
+    pub currency: Option<Currency>,
+}
+
+impl ReportRange {
+    fn covers(&self, at_ms: i64, business_id: u64, currency: Currency) -> bool {
+        (self.from_ms..=self.to_ms).contains(&at_ms)
+            && self.business_id.is_none_or(|wanted| wanted == business_id)
+            && self.currency.is_none_or(|wanted| wanted == currency)
+    }
+}
+
+/// Fees collected in one currency.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FeeRow {
+    pub currency: Currency,
+    pub total_fees: Decimal,
+    pub count: u64,
+}
+
+/// Payouts or settlements in one status and currency.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StatusRow<S> {
+    pub status: S,
+    pub currency: Currency,
+    pub count: u64,
+    pub total_amount: Decimal,
+}
+
+/// Balances of the client wallets in one currency.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BalanceRow {
+    pub currency: Currency,
+    pub wallet_count: u64,
+    pub total_balance: Decimal,
+    pub total_held: Decimal,
+    pub total_pending: Decimal,
+}
+
+/// Transactions of one type in one currency.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TransactionRow {
+    pub transaction_type: TransactionType,
+    pub currency: Currency,
+    pub count: u64,
+    pub total_amount: Decimal,
+}
+
+fn add(sum: Decimal, amount: Decimal) -> Decimal {
+    sum.saturating_add(amount)
+}
+
+/// Per key: count and total.
+type Tally<K> = BTreeMap<K, (u64, Decimal)>;
+
+fn tally<K: Ord>(tally: &mut Tally<K>, key: K, amount: Decimal) {
+    let (count, total) = tally.entry(key).or_insert((0, Decimal::ZERO));
+    *count += 1;
+    *total = add(*total, amount);
+}
+
+impl Shard {
+    /// Fees of the payments that completed in the range.
+    #[must_use]
+    pub fn fee_report(&self, range: &ReportRange) -> Vec<FeeRow> {
+        let mut rows: Tally<Currency> = BTreeMap::new();
+        for payment in self.commerce.payments.values() {
+            let completed = payment
+                .completed_at_ms
+                .filter(|_| payment.status.is_completed());
+            if completed.is_some_and(|at| range.covers(at, payment.merchant_id, payment.currency)) {
+                tally(&mut rows, payment.currency, payment.fee_amount);
+            }
+        }
+        rows.into_iter()
+            .map(|(currency, (count, total_fees))| FeeRow {
+                currency,
+                total_fees,
+                count,
+            })
+            .collect()
+    }
+
+    /// Payouts created in the range, by status and currency.
+    #[must_use]
+    pub fn payout_report(&self, range: &ReportRange) -> Vec<StatusRow<PayoutStatus>> {
+        let mut rows: Tally<(PayoutStatus, Currency)> = BTreeMap::new();
+        for payout in self.commerce.payouts.values() {
+            if range.covers(payout.created.at_ms, payout.business_id, payout.currency) {
+                tally(&mut rows, (payout.status, payout.currency), payout.amount);
+            }
+        }
+        status_rows(rows)
+    }
+
+    /// Settlements created in the range, by status and currency (net totals).
+    #[must_use]
+    pub fn settlement_report(&self, range: &ReportRange) -> Vec<StatusRow<SettlementStatus>> {
+        let mut rows: Tally<(SettlementStatus, Currency)> = BTreeMap::new();
+        for settlement in self.commerce.settlements.values() {
+            if range.covers(
+                settlement.created.at_ms,
+                settlement.business_id,
+                settlement.currency,
+            ) {
+                tally(
+                    &mut rows,
+                    (settlement.status, settlement.currency),
+                    settlement.total_amount,
+                );
+            }
+        }
+        status_rows(rows)
+    }
+
+    /// Current balances of the customer and merchant wallets, per currency.
+    #[must_use]
+    pub fn balance_summary(
+        &self,
+        business_id: Option<u64>,
+        currency: Option<Currency>,
+    ) -> Vec<BalanceRow> {
+        let mut rows: BTreeMap<Currency, BalanceRow> = BTreeMap::new();
+        let counted = |wallet: &&crate::ledger::wallet::Wallet| {
+            matches!(
+                wallet.owner_type(),
+                OwnerType::Customer | OwnerType::Merchant
+            )
+        };
+        for wallet in self.wallets().filter(counted) {
+            if business_id.is_some_and(|wanted| wanted != wallet.business_id())
+                || currency.is_some_and(|wanted| wanted != wallet.currency())
+            {
+                continue;
+            }
+            let row = rows.entry(wallet.currency()).or_insert(BalanceRow {
+                currency: wallet.currency(),
+                wallet_count: 0,
+                total_balance: Decimal::ZERO,
+                total_held: Decimal::ZERO,
+                total_pending: Decimal::ZERO,
+            });
+            row.wallet_count += 1;
+            row.total_balance = add(row.total_balance, wallet.balance());
+            row.total_held = add(row.total_held, wallet.held());
+            row.total_pending = add(row.total_pending, wallet.pending());
+        }
+        rows.into_values().collect()
+    }
+
+    /// Client wallet transactions created in the range, by type and currency.
+    #[must_use]
+    pub fn transaction_report(&self, range: &ReportRange) -> Vec<TransactionRow> {
+        let mut rows: Tally<(TransactionType, Currency)> = BTreeMap::new();
+        for wallet in self.wallets().filter(|wallet| !wallet.is_system()) {
+            for transaction in wallet.transactions() {
+                if range.covers(
+                    transaction.created_at_ms,
+                    wallet.business_id(),
+                    wallet.currency(),
+                ) {
+                    tally(
+                        &mut rows,
+                        (transaction.transaction_type, wallet.currency()),
+                        transaction.amount,
+                    );
+                }
+            }
+        }
+        rows.into_iter()
+            .map(
+                |((transaction_type, currency), (count, total_amount))| TransactionRow {
+                    transaction_type,
+                    currency,
+                    count,
+                    total_amount,
+                },
+            )
+            .collect()
+    }
+}
+
+fn status_rows<S: Ord + Copy>(rows: Tally<(S, Currency)>) -> Vec<StatusRow<S>> {
+    rows.into_iter()
+        .map(|((status, currency), (count, total_amount))| StatusRow {
+            status,
+            currency,
+            count,
+            total_amount,
+        })
+        .collect()
+}
+
+/// Sums the fee rows of several shards.
+#[must_use]
+pub fn merge_fee_rows(shards: impl IntoIterator<Item = Vec<FeeRow>>) -> Vec<FeeRow> {
+    let mut rows: BTreeMap<Currency, FeeRow> = BTreeMap::new();
+    for row in shards.into_iter().flatten() {
+        let merged = rows.entry(row.currency).or_insert(FeeRow {
+            currency: row.currency,
+            total_fees: Decimal::ZERO,
+            count: 0,
+        });
+        merged.count += row.count;
+        merged.total_fees = add(merged.total_fees, row.total_fees);
+    }
+    rows.into_values().collect()
+}
+
+/// Sums the payout or settlement rows of several shards.
+#[must_use]
+pub fn merge_status_rows<S: Ord + Copy>(
+    shards: impl IntoIterator<Item = Vec<StatusRow<S>>>,
+) -> Vec<StatusRow<S>> {
+    let mut rows: Tally<(S, Currency)> = BTreeMap::new();
+    for row in shards.into_iter().flatten() {
+        let (count, total) = rows
+            .entry((row.status, row.currency))
+            .or_insert((0, Decimal::ZERO));
+        *count += row.count;
+        *total = add(*total, row.total_amount);
+    }
+    status_rows(rows)
+}
+
+/// Sums the balance rows of several shards.
+#[must_use]
+pub fn merge_balance_rows(shards: impl IntoIterator<Item = Vec<BalanceRow>>) -> Vec<BalanceRow> {
+    let mut rows: BTreeMap<Currency, BalanceRow> = BTreeMap::new();
+    for row in shards.into_iter().flatten() {
+        let merged = rows.entry(row.currency).or_insert(BalanceRow {
+            currency: row.currency,
+            wallet_count: 0,
+            total_balance: Decimal::ZERO,
+            total_held: Decimal::ZERO,
+            total_pending: Decimal::ZERO,
+        });
+        merged.wallet_count += row.wallet_count;
+        merged.total_balance = add(merged.total_balance, row.total_balance);
+        merged.total_held = add(merged.total_held, row.total_held);
+        merged.total_pending = add(merged.total_pending, row.total_pending);
+    }
+    rows.into_values().collect()
+}
+
+/// Sums the transaction rows of several shards.
+#[must_use]
+pub fn merge_transaction_rows(
+    shards: impl IntoIterator<Item = Vec<TransactionRow>>,
+) -> Vec<TransactionRow> {
+    let mut rows: Tally<(TransactionType, Currency)> = BTreeMap::new();
+    for row in shards.into_iter().flatten() {
+        let (count, total) = rows
+            .entry((row.transaction_type, row.currency))
+            .or_insert((0, Decimal::ZERO));
+        *count += row.count;
+        *total = add(*total, row.total_amount);
+    }
+    rows.into_iter()
+        .map(
+            |((transaction_type, currency), (count, total_amount))| TransactionRow {
+                transaction_type,
+                currency,
+                count,
+                total_amount,
+            },
+        )
+        .collect()
+}

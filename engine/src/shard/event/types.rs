@@ -1,0 +1,170 @@
+//! The events' types: every change of state a shard can log (module docs in `super`).
+
+use rust_decimal::Decimal;
+use serde::{Deserialize, Serialize};
+
+use crate::commerce::payment::{
+    IncomingPaymentCredit, Payment, PaymentLink, PaymentReservation, PaymentStatus, QrCode,
+};
+use crate::commerce::payout::{Payout, PayoutChange, Settlement, SettlementChange};
+use crate::ledger::hold::{Hold, HoldStatus};
+use crate::ledger::transaction::{LedgerEntry, Transaction};
+use crate::ledger::transfer::{IncomingTransfer, OutgoingTransfer};
+use crate::ledger::wallet::{OwnerType, WalletStatus, WalletType};
+use crate::shard::command::TEXT_BYTES_MAX;
+use crate::values::currency::Currency;
+use crate::values::ids::{EntryId, HoldId, PayoutId, SettlementId, TransactionId, Uuid, WalletId};
+
+/// First byte of every encoded event batch.
+pub const EVENT_FORMAT_VERSION: u8 = 2;
+
+/// The oldest version [`decode`] still reads.
+pub const EVENT_FORMAT_VERSION_MIN: u8 = 1;
+
+/// A new wallet or system account.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WalletCreated {
+    pub wallet_id: WalletId,
+    pub uuid: Uuid,
+    pub owner_type: OwnerType,
+    pub owner_id: u64,
+    pub wallet_type: WalletType,
+    pub currency: Currency,
+    pub business_id: u64,
+    pub branch_id: u64,
+    pub meta: Option<Box<str>>,
+    pub at_ms: i64,
+}
+
+/// Everything that changes a shard's state.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Event {
+    WalletCreated(WalletCreated),
+    /// Freeze or unfreeze.
+    WalletStatusChanged {
+        wallet_id: WalletId,
+        status: WalletStatus,
+        at_ms: i64,
+    },
+    /// A transaction record for a wallet; its entries follow as `EntryPosted`.
+    TransactionRecorded {
+        wallet_id: WalletId,
+        transaction: Transaction,
+    },
+    /// A chained ledger entry; sets the wallet's balance to `balance_after` and chain head to `hash`.
+    EntryPosted {
+        wallet_id: WalletId,
+        entry: LedgerEntry,
+    },
+    /// Links an original entry to the reversal entry that mirrors it.
+    EntryReversed {
+        wallet_id: WalletId,
+        entry_id: EntryId,
+        reversed_by_entry_id: EntryId,
+    },
+    /// Marks a transaction reversed.
+    TransactionReversed {
+        wallet_id: WalletId,
+        transaction_id: TransactionId,
+        reversed_by_transaction_id: TransactionId,
+        at_ms: i64,
+    },
+    /// Sets the cumulative refunded amount of a debit transaction (raised by a refund, lowered when a
+    /// refund is reversed).
+    RefundTotalChanged {
+        wallet_id: WalletId,
+        transaction_id: TransactionId,
+        #[serde(with = "crate::values::money::decimal")]
+        refunded_amount: Decimal,
+        at_ms: i64,
+    },
+    HoldPlaced {
+        wallet_id: WalletId,
+        hold: Hold,
+    },
+    /// An active hold became released, captured or expired.
+    HoldClosed {
+        wallet_id: WalletId,
+        hold_id: HoldId,
+        status: HoldStatus,
+        #[serde(with = "crate::values::money::decimal_opt")]
+        captured_amount: Option<Decimal>,
+        capture_transaction_id: Option<TransactionId>,
+        at_ms: i64,
+    },
+    TransferReserved(OutgoingTransfer),
+    TransferCredited(IncomingTransfer),
+    TransferFinalized {
+        transfer_uuid: Uuid,
+        at_ms: i64,
+    },
+    TransferReleased {
+        transfer_uuid: Uuid,
+        at_ms: i64,
+    },
+    /// A successful integrity check; sets `balance_verified_at`.
+    BalanceVerified {
+        wallet_id: WalletId,
+        at_ms: i64,
+    },
+    // ----- version 2: commerce -----
+    PaymentInitiated(Box<Payment>),
+    /// A pending payment's money moved (its posting precedes this event in the batch).
+    PaymentCompleted {
+        payment_uuid: Uuid,
+        merchant_transaction_id: TransactionId,
+        at_ms: i64,
+    },
+    /// A pending payment became cancelled or failed.
+    PaymentClosed {
+        payment_uuid: Uuid,
+        status: PaymentStatus,
+        at_ms: i64,
+    },
+    /// Sets a completed payment's cumulative refunds (raised by a refund, lowered when a
+    /// cross-shard refund is released); the status follows.
+    PaymentRefundTotalChanged {
+        payment_uuid: Uuid,
+        #[serde(with = "crate::values::money::decimal")]
+        refunded_amount: Decimal,
+        at_ms: i64,
+    },
+    PaymentLinkCreated(Box<PaymentLink>),
+    PaymentLinkUsed {
+        link_uuid: Uuid,
+        payment_uuid: Uuid,
+        at_ms: i64,
+    },
+    QrCreated(Box<QrCode>),
+    PaymentReserved(Box<PaymentReservation>),
+    PaymentCredited(Box<IncomingPaymentCredit>),
+    PaymentReserveFinalized {
+        reservation_uuid: Uuid,
+        at_ms: i64,
+    },
+    PaymentReserveReleased {
+        reservation_uuid: Uuid,
+        at_ms: i64,
+    },
+    PayoutCreated(Box<Payout>),
+    PayoutChanged {
+        payout_id: PayoutId,
+        change: PayoutChange,
+        at_ms: i64,
+    },
+    SettlementCreated(Box<Settlement>),
+    SettlementChanged {
+        settlement_id: SettlementId,
+        change: SettlementChange,
+        at_ms: i64,
+    },
+}
+
+pub(crate) fn text_ok(text: Option<&str>) -> bool {
+    text.is_none_or(|text| text.len() <= TEXT_BYTES_MAX)
+}
+
+pub(crate) fn positive(amount: Decimal) -> bool {
+    amount > Decimal::ZERO
+}

@@ -1,0 +1,186 @@
+//! `Shard::execute`: decide, apply, and build what the caller sees.
+//!
+//! The convenience path for callers that apply immediately (tests, a shard actor that applies before
+//! awaiting WAL durability as in notes/dependencies.md §1). The outcome is read back from the state
+//! after applying, so it shows exactly what replay will rebuild.
+
+use crate::ledger::view::{EntryView, HoldView, TransactionView, WalletView};
+use crate::shard::command::{Command, Context, Outcome};
+use crate::shard::event::Event;
+use crate::shard::state::Shard;
+use crate::values::error::{ApplyError, ExecuteError, Rejection};
+use crate::values::ids::{TransactionId, WalletId};
+
+fn missing(what: &'static str, id: u64) -> ExecuteError {
+    ExecuteError::Corrupt(ApplyError::new(what, id))
+}
+
+impl Shard {
+    /// Decides `command`, applies its events and returns them with the outcome.
+    pub fn execute(
+        &mut self,
+        command: &Command,
+        ctx: &Context,
+    ) -> Result<(Vec<Event>, Outcome), ExecuteError> {
+        let events = self.decide(command, ctx)?;
+        self.apply_all(&events)?;
+        let outcome = self.outcome(command, &events, ctx)?;
+        Ok((events, outcome))
+    }
+
+    fn transaction_view_of(
+        &self,
+        wallet_id: WalletId,
+        transaction_id: TransactionId,
+    ) -> Result<TransactionView, ExecuteError> {
+        let wallet = self
+            .wallet(wallet_id)
+            .ok_or(missing("wallet of outcome", wallet_id.0))?;
+        let transaction = wallet
+            .transaction(transaction_id)
+            .ok_or(missing("transaction of outcome", transaction_id.0))?;
+        Ok(TransactionView::of(wallet, transaction))
+    }
+
+    /// The first transaction recorded by `events` (the requested wallet's, by construction).
+    fn first_transaction(&self, events: &[Event]) -> Result<TransactionView, ExecuteError> {
+        events
+            .iter()
+            .find_map(|event| match event {
+                Event::TransactionRecorded {
+                    wallet_id,
+                    transaction,
+                } => Some((*wallet_id, transaction.id)),
+                _ => None,
+            })
+            .ok_or(missing("transaction of outcome", 0))
+            .and_then(|(wallet_id, transaction_id)| {
+                self.transaction_view_of(wallet_id, transaction_id)
+            })
+    }
+
+    fn outcome(
+        &self,
+        command: &Command,
+        events: &[Event],
+        ctx: &Context,
+    ) -> Result<Outcome, ExecuteError> {
+        let outcome = match command {
+            Command::CreateWallet(_) => {
+                let wallet_id = events
+                    .iter()
+                    .rev()
+                    .find_map(|event| match event {
+                        Event::WalletCreated(created) => Some(created.wallet_id),
+                        _ => None,
+                    })
+                    .ok_or(missing("created wallet", 0))?;
+                Outcome::Wallet(self.wallet_view(wallet_id)?)
+            }
+            Command::FreezeWallet { wallet_id } | Command::UnfreezeWallet { wallet_id } => {
+                Outcome::Wallet(WalletView::of(self.find_wallet(*wallet_id)?))
+            }
+            Command::Deposit(_)
+            | Command::Withdraw(_)
+            | Command::Transfer(_)
+            | Command::Refund(_) => Outcome::Transaction(self.first_transaction(events)?),
+            Command::TransferReserve(_) => {
+                let transaction = self.first_transaction(events)?;
+                let transfer = transaction
+                    .transfer_uuid
+                    .and_then(|uuid| self.outgoing_transfer(uuid))
+                    .ok_or(missing("reserved transfer", transaction.id.0))?
+                    .clone();
+                Outcome::TransferReserved {
+                    transfer,
+                    transaction,
+                }
+            }
+            Command::TransferCredit(credit) => {
+                let incoming = self
+                    .incoming_transfer(credit.transfer_uuid)
+                    .ok_or(missing("credited transfer", 0))?;
+                let transaction =
+                    self.transaction_view_of(incoming.target_wallet_id, incoming.transaction_id)?;
+                Outcome::TransferCredited {
+                    transaction,
+                    duplicate: events.is_empty(),
+                }
+            }
+            Command::TransferFinalize { transfer_uuid }
+            | Command::TransferRelease { transfer_uuid } => {
+                let transfer = self
+                    .outgoing_transfer(*transfer_uuid)
+                    .ok_or(Rejection::NotFound("transfer"))?;
+                Outcome::TransferSettled(transfer.clone())
+            }
+            Command::PlaceHold(_) => {
+                let (wallet_id, hold_id) = events
+                    .iter()
+                    .find_map(|event| match event {
+                        Event::HoldPlaced { wallet_id, hold } => Some((*wallet_id, hold.id)),
+                        _ => None,
+                    })
+                    .ok_or(missing("placed hold", 0))?;
+                let wallet = self
+                    .wallet(wallet_id)
+                    .ok_or(missing("wallet of hold", wallet_id.0))?;
+                let hold = wallet
+                    .hold(hold_id)
+                    .ok_or(missing("placed hold", hold_id.0))?;
+                Outcome::Hold(HoldView::of(wallet, hold))
+            }
+            Command::ReleaseHold { hold_uuid } => Outcome::Hold(self.hold_view(*hold_uuid)?),
+            Command::CaptureHold(capture) => Outcome::Hold(self.hold_view(capture.hold_uuid)?),
+            Command::ExpireHolds { .. } => Outcome::HoldsExpired {
+                count: events.len(),
+            },
+            Command::Reverse {
+                transaction_uuid, ..
+            } => {
+                let (requested_wallet, _) = self
+                    .locate_transaction(*transaction_uuid)
+                    .ok_or(Rejection::NotFound("transaction"))?;
+                let mut transaction = None;
+                let mut entries = Vec::new();
+                for event in events {
+                    match event {
+                        Event::TransactionRecorded {
+                            wallet_id,
+                            transaction: recorded,
+                        } if *wallet_id == requested_wallet && transaction.is_none() => {
+                            transaction = Some(self.transaction_view_of(*wallet_id, recorded.id)?);
+                        }
+                        Event::EntryPosted { wallet_id, entry } => {
+                            let wallet = self
+                                .wallet(*wallet_id)
+                                .ok_or(missing("wallet of entry", wallet_id.0))?;
+                            let position = wallet.entries().iter().position(|e| e.id == entry.id);
+                            let prev_hash = position
+                                .and_then(|position| position.checked_sub(1))
+                                .and_then(|before| wallet.entries().get(before))
+                                .map_or(crate::ledger::transaction::Hash::ZERO, |before| {
+                                    before.hash
+                                });
+                            let stored = wallet
+                                .entry(entry.id)
+                                .ok_or(missing("entry of outcome", entry.id.0))?;
+                            entries.push(EntryView::of(wallet, stored, prev_hash));
+                        }
+                        _ => {}
+                    }
+                }
+                let transaction = transaction.ok_or(missing("reversal transaction", 0))?;
+                Outcome::Reversal {
+                    transaction,
+                    entries,
+                }
+            }
+            Command::VerifyIntegrity { wallet_id } => {
+                Outcome::Integrity(self.integrity_report(*wallet_id, ctx.now_ms)?)
+            }
+            commerce => self.commerce_outcome(commerce, events, ctx)?,
+        };
+        Ok(outcome)
+    }
+}

@@ -1,0 +1,371 @@
+//! `Shard::apply`: performs one event.
+//!
+//! Each arm first checks that the event fits the state (and returns [`ApplyError`] without changing
+//! anything if not), then mutates. The checks are the pair of the ones `decide` made (ids in sequence,
+//! records exist, `balance_after` and the entry hash follow from the wallet's current balance and chain
+//! head, a hold is active before it closes), so a corrupt or misordered record stops replay loudly
+//! instead of building a wrong state. Nothing here reads a clock or draws a random number.
+
+use rust_decimal::Decimal;
+
+use crate::ledger::hold::HoldStatus;
+use crate::ledger::transaction::{entry_hash, LedgerEntry, Transaction, TransactionStatus};
+use crate::ledger::transfer::{IncomingTransfer, OutgoingTransfer, TransferState};
+use crate::ledger::wallet::{History, Wallet, WalletStatus};
+use crate::shard::event::{Event, WalletCreated};
+use crate::shard::state::{OwnerKey, Shard};
+use crate::values::error::ApplyError;
+use crate::values::ids::{HoldId, TransactionId, WalletId};
+use crate::values::money::zero;
+
+impl Shard {
+    /// Applies one event (see the module docs). Deterministic: the same events in the same order
+    /// give byte-identical state.
+    pub fn apply(&mut self, event: &Event) -> Result<(), ApplyError> {
+        match event {
+            Event::WalletCreated(created) => self.apply_wallet_created(created),
+            Event::WalletStatusChanged {
+                wallet_id,
+                status,
+                at_ms,
+            } => {
+                let wallet = self.wallet_for_apply(*wallet_id)?;
+                wallet.status = *status;
+                wallet.updated_at_ms = *at_ms;
+                Ok(())
+            }
+            Event::TransactionRecorded {
+                wallet_id,
+                transaction,
+            } => self.apply_transaction_recorded(*wallet_id, transaction),
+            Event::EntryPosted { wallet_id, entry } => self.apply_entry_posted(*wallet_id, entry),
+            Event::EntryReversed {
+                wallet_id,
+                entry_id,
+                reversed_by_entry_id,
+            } => {
+                let wallet = self.wallet_for_apply(*wallet_id)?;
+                let entry = wallet
+                    .entry_mut(*entry_id)
+                    .ok_or(ApplyError::new("unknown entry", entry_id.0))?;
+                if entry.reversed_by_entry_id.is_some() {
+                    return Err(ApplyError::new("entry already reversed", entry_id.0));
+                }
+                entry.reversed_by_entry_id = Some(*reversed_by_entry_id);
+                Ok(())
+            }
+            Event::TransactionReversed {
+                wallet_id,
+                transaction_id,
+                reversed_by_transaction_id,
+                at_ms,
+            } => {
+                let wallet = self.wallet_for_apply(*wallet_id)?;
+                let transaction = wallet
+                    .transaction_mut(*transaction_id)
+                    .ok_or(ApplyError::new("unknown transaction", transaction_id.0))?;
+                if transaction.reversed_by_transaction_id.is_some() {
+                    return Err(ApplyError::new(
+                        "transaction already reversed",
+                        transaction_id.0,
+                    ));
+                }
+                transaction.reversed_by_transaction_id = Some(*reversed_by_transaction_id);
+                transaction.status = TransactionStatus::Reversed;
+                transaction.reversed_at_ms = Some(*at_ms);
+                wallet.updated_at_ms = *at_ms;
+                Ok(())
+            }
+            Event::RefundTotalChanged {
+                wallet_id,
+                transaction_id,
+                refunded_amount,
+                at_ms,
+            } => {
+                let wallet = self.wallet_for_apply(*wallet_id)?;
+                let transaction = wallet
+                    .transaction_mut(*transaction_id)
+                    .ok_or(ApplyError::new("unknown transaction", transaction_id.0))?;
+                if *refunded_amount > transaction.amount {
+                    return Err(ApplyError::new(
+                        "refunds above the original amount",
+                        transaction_id.0,
+                    ));
+                }
+                transaction.refunded_amount = *refunded_amount;
+                wallet.updated_at_ms = *at_ms;
+                Ok(())
+            }
+            Event::HoldPlaced { wallet_id, hold } => self.apply_hold_placed(*wallet_id, hold),
+            Event::HoldClosed {
+                wallet_id,
+                hold_id,
+                status,
+                captured_amount,
+                capture_transaction_id,
+                at_ms,
+            } => self.apply_hold_closed(
+                *wallet_id,
+                *hold_id,
+                *status,
+                (*captured_amount, *capture_transaction_id),
+                *at_ms,
+            ),
+            Event::TransferReserved(transfer) => self.apply_transfer_reserved(transfer),
+            Event::TransferCredited(transfer) => self.apply_transfer_credited(transfer),
+            Event::TransferFinalized {
+                transfer_uuid,
+                at_ms,
+            } => self.settle_transfer(*transfer_uuid, TransferState::Finalized, *at_ms),
+            Event::TransferReleased {
+                transfer_uuid,
+                at_ms,
+            } => self.settle_transfer(*transfer_uuid, TransferState::Released, *at_ms),
+            Event::BalanceVerified { wallet_id, at_ms } => {
+                let wallet = self.wallet_for_apply(*wallet_id)?;
+                wallet.balance_verified_at_ms = *at_ms;
+                Ok(())
+            }
+            commerce => self.apply_commerce(commerce),
+        }
+    }
+
+    /// Applies a whole batch in order, stopping at the first event that does not fit.
+    pub fn apply_all(&mut self, events: &[Event]) -> Result<(), ApplyError> {
+        events.iter().try_for_each(|event| self.apply(event))
+    }
+
+    pub(crate) fn wallet_for_apply(
+        &mut self,
+        wallet_id: WalletId,
+    ) -> Result<&mut Wallet, ApplyError> {
+        self.wallet_mut(wallet_id)
+            .ok_or(ApplyError::new("unknown wallet", wallet_id.0))
+    }
+
+    /// Checks that `id` is the next id of a sequence and returns the sequence number after it.
+    pub(crate) fn next_in_sequence(
+        &self,
+        id: u64,
+        next_seq: u64,
+        what: &'static str,
+    ) -> Result<u64, ApplyError> {
+        match self.ids.seq_of(id) {
+            Some(seq) if seq == next_seq => seq
+                .checked_add(1)
+                .ok_or(ApplyError::new("sequence overflow", id)),
+            _ => Err(ApplyError::new(what, id)),
+        }
+    }
+
+    fn apply_wallet_created(&mut self, created: &WalletCreated) -> Result<(), ApplyError> {
+        let id = created.wallet_id.0;
+        let next = self.next_in_sequence(id, self.next_wallet_seq, "wallet id out of sequence")?;
+        let history = created.meta.as_ref().map(|meta| {
+            Box::new(History {
+                meta: Some(meta.clone()),
+                ..History::default()
+            })
+        });
+        let wallet = Wallet {
+            id: created.wallet_id,
+            uuid: created.uuid,
+            owner_id: created.owner_id,
+            business_id: created.business_id,
+            branch_id: created.branch_id,
+            balance: zero(created.currency),
+            held: zero(created.currency),
+            pending: zero(created.currency),
+            balance_verified_at_ms: created.at_ms,
+            created_at_ms: created.at_ms,
+            updated_at_ms: created.at_ms,
+            currency: created.currency,
+            owner_type: created.owner_type,
+            wallet_type: created.wallet_type,
+            status: WalletStatus::Active,
+            history,
+        };
+        let key = OwnerKey::of(&wallet);
+        if self.index.owners.contains_key(&key) {
+            return Err(ApplyError::new(
+                "duplicate wallet for owner, currency and type",
+                id,
+            ));
+        }
+        self.index.owners.insert(key, created.wallet_id);
+        self.wallets.push(wallet);
+        self.next_wallet_seq = next;
+        Ok(())
+    }
+
+    fn apply_transaction_recorded(
+        &mut self,
+        wallet_id: WalletId,
+        transaction: &Transaction,
+    ) -> Result<(), ApplyError> {
+        let id = transaction.id.0;
+        let next = self.next_in_sequence(
+            id,
+            self.next_transaction_seq,
+            "transaction id out of sequence",
+        )?;
+        if self.index.transactions.contains_key(&transaction.uuid) {
+            return Err(ApplyError::new("duplicate transaction uuid", id));
+        }
+        let wallet = self.wallet_for_apply(wallet_id)?;
+        if wallet.is_system() {
+            return Err(ApplyError::new(
+                "system accounts have no transactions",
+                wallet_id.0,
+            ));
+        }
+        wallet.updated_at_ms = transaction.created_at_ms;
+        wallet.history_mut().transactions.push(transaction.clone());
+        self.index
+            .transactions
+            .insert(transaction.uuid, (wallet_id, transaction.id));
+        self.next_transaction_seq = next;
+        Ok(())
+    }
+
+    fn apply_entry_posted(
+        &mut self,
+        wallet_id: WalletId,
+        entry: &LedgerEntry,
+    ) -> Result<(), ApplyError> {
+        let id = entry.id.0;
+        let next = self.next_in_sequence(id, self.next_entry_seq, "entry id out of sequence")?;
+        let wallet = self.wallet_for_apply(wallet_id)?;
+        let expected_balance = wallet.balance.checked_add(entry.signed_amount());
+        if expected_balance != Some(entry.balance_after) {
+            return Err(ApplyError::new(
+                "entry balance_after does not follow the wallet balance",
+                id,
+            ));
+        }
+        if entry_hash(&wallet.chain_head(), wallet_id, wallet.currency, entry) != entry.hash {
+            return Err(ApplyError::new(
+                "entry hash does not chain to the wallet's head",
+                id,
+            ));
+        }
+        wallet.balance = entry.balance_after;
+        wallet.updated_at_ms = entry.created_at_ms;
+        let history = wallet.history_mut();
+        history.chain_head = entry.hash;
+        history.entries.push(entry.clone());
+        self.next_entry_seq = next;
+        Ok(())
+    }
+
+    fn apply_hold_placed(
+        &mut self,
+        wallet_id: WalletId,
+        hold: &crate::ledger::hold::Hold,
+    ) -> Result<(), ApplyError> {
+        let id = hold.id.0;
+        let next = self.next_in_sequence(id, self.next_hold_seq, "hold id out of sequence")?;
+        if self.index.holds.contains_key(&hold.uuid) {
+            return Err(ApplyError::new("duplicate hold uuid", id));
+        }
+        if hold.status != HoldStatus::Active {
+            return Err(ApplyError::new("a placed hold must be active", id));
+        }
+        let wallet = self.wallet_for_apply(wallet_id)?;
+        let held = wallet
+            .held
+            .checked_add(hold.amount)
+            .ok_or(ApplyError::new("held overflow", id))?;
+        wallet.held = held;
+        wallet.updated_at_ms = hold.created_at_ms;
+        wallet.history_mut().holds.push(hold.clone());
+        self.index.holds.insert(hold.uuid, (wallet_id, hold.id));
+        self.index
+            .hold_expiry
+            .insert((hold.expires_at_ms, hold.id), wallet_id);
+        self.next_hold_seq = next;
+        Ok(())
+    }
+
+    fn apply_hold_closed(
+        &mut self,
+        wallet_id: WalletId,
+        hold_id: HoldId,
+        status: HoldStatus,
+        (captured_amount, capture_transaction_id): (Option<Decimal>, Option<TransactionId>),
+        at_ms: i64,
+    ) -> Result<(), ApplyError> {
+        let wallet = self.wallet_for_apply(wallet_id)?;
+        let held_before = wallet.held;
+        let hold = wallet
+            .hold_mut(hold_id)
+            .ok_or(ApplyError::new("unknown hold", hold_id.0))?;
+        if hold.status != HoldStatus::Active || status == HoldStatus::Active {
+            return Err(ApplyError::new("only an active hold can close", hold_id.0));
+        }
+        if captured_amount.is_some_and(|amount| amount > hold.amount) {
+            return Err(ApplyError::new("capture above the hold amount", hold_id.0));
+        }
+        let held = held_before
+            .checked_sub(hold.amount)
+            .ok_or(ApplyError::new("held underflow", hold_id.0))?;
+        let expiry_key = (hold.expires_at_ms, hold.id);
+        hold.status = status;
+        hold.closed_at_ms = Some(at_ms);
+        hold.captured_amount = captured_amount;
+        hold.capture_transaction_id = capture_transaction_id;
+        wallet.held = held;
+        wallet.updated_at_ms = at_ms;
+        self.index.hold_expiry.remove(&expiry_key);
+        Ok(())
+    }
+
+    fn apply_transfer_reserved(&mut self, transfer: &OutgoingTransfer) -> Result<(), ApplyError> {
+        if transfer.state != TransferState::Reserved || transfer.settled_at_ms.is_some() {
+            return Err(ApplyError::new(
+                "a new outgoing transfer must be reserved",
+                transfer.transaction_id.0,
+            ));
+        }
+        if self.transfers_out.contains_key(&transfer.uuid) {
+            return Err(ApplyError::new(
+                "duplicate outgoing transfer",
+                transfer.transaction_id.0,
+            ));
+        }
+        self.transfers_out.insert(transfer.uuid, transfer.clone());
+        Ok(())
+    }
+
+    fn apply_transfer_credited(&mut self, transfer: &IncomingTransfer) -> Result<(), ApplyError> {
+        if self.transfers_in.contains_key(&transfer.uuid) {
+            return Err(ApplyError::new(
+                "transfer already credited",
+                transfer.transaction_id.0,
+            ));
+        }
+        self.transfers_in.insert(transfer.uuid, transfer.clone());
+        Ok(())
+    }
+
+    fn settle_transfer(
+        &mut self,
+        uuid: crate::values::ids::Uuid,
+        state: TransferState,
+        at_ms: i64,
+    ) -> Result<(), ApplyError> {
+        let transfer = self
+            .transfers_out
+            .get_mut(&uuid)
+            .ok_or(ApplyError::new("unknown outgoing transfer", 0))?;
+        if transfer.state != TransferState::Reserved {
+            return Err(ApplyError::new(
+                "outgoing transfer already settled",
+                transfer.transaction_id.0,
+            ));
+        }
+        transfer.state = state;
+        transfer.settled_at_ms = Some(at_ms);
+        Ok(())
+    }
+}

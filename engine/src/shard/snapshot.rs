@@ -1,0 +1,349 @@
+//! Snapshots and the state digest.
+//!
+//! # Snapshot format
+//!
+//! ```text
+//! byte 0     SNAPSHOT_FORMAT_VERSION (2; 1 is still read)
+//! bytes 1..  postcard encoding of: shard index and count, the four next-sequence numbers,
+//!            the wallets in id order (each with its history), outgoing transfers and incoming
+//!            transfers in uuid order, then (version 2) the commerce state: its five next-sequence
+//!            numbers (payment, link, QR, payout, settlement), payments, links and QR payloads in
+//!            uuid order, payouts and settlements in id order, payment reservations and incoming
+//!            payment credits in uuid order
+//! ```
+//!
+//! A version 1 snapshot is the same without the commerce state; it loads with an empty one.
+//!
+//! Only records are written; the indexes (owners, uuids, hold expiry, settled transactions, open
+//! charges, payout holds) are rebuilt on load, which also validates the records: ids in their
+//! positions and sequences, no duplicate owner key or uuid, commerce records keyed by their own
+//! uuid or id and minted by this shard, no transaction in two live settlements.
+//! The WAL crate wraps these bytes in its own header and checksum.
+//!
+//! # Digest
+//!
+//! [`Shard::state_digest`] is SHA-256 over exactly the bytes [`Shard::snapshot_bytes`] would produce,
+//! streamed into the hasher without building them. Everything serialised is in a canonical order
+//! (vectors in id order, `BTreeMap`s; no `HashMap`), so equal states have equal digests, and a
+//! snapshot round trip preserves the digest.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::commerce::state::{Commerce, CommerceIndex};
+use crate::ledger::hold::HoldStatus;
+use crate::ledger::transaction::Hash;
+use crate::ledger::transfer::{IncomingTransfer, OutgoingTransfer};
+use crate::ledger::wallet::Wallet;
+use crate::shard::state::{Indexes, OwnerKey, Shard};
+use crate::values::error::DecodeError;
+use crate::values::ids::{IdSpace, Uuid};
+
+/// First byte of every snapshot.
+pub const SNAPSHOT_FORMAT_VERSION: u8 = 2;
+
+#[derive(Serialize)]
+struct SnapshotRef<'a> {
+    ids: IdSpace,
+    next_wallet_seq: u64,
+    next_transaction_seq: u64,
+    next_entry_seq: u64,
+    next_hold_seq: u64,
+    wallets: &'a [Wallet],
+    transfers_out: &'a BTreeMap<Uuid, OutgoingTransfer>,
+    transfers_in: &'a BTreeMap<Uuid, IncomingTransfer>,
+    commerce: &'a Commerce,
+}
+
+/// Everything before the commerce state: all of version 1. Postcard encodes a struct as its
+/// fields in order, so version 2 reads as the pair `(SnapshotOwned, Commerce)`.
+#[derive(Deserialize)]
+struct SnapshotOwned {
+    ids: IdSpace,
+    next_wallet_seq: u64,
+    next_transaction_seq: u64,
+    next_entry_seq: u64,
+    next_hold_seq: u64,
+    wallets: Vec<Wallet>,
+    transfers_out: BTreeMap<Uuid, OutgoingTransfer>,
+    transfers_in: BTreeMap<Uuid, IncomingTransfer>,
+}
+
+/// A postcard output that feeds a hasher instead of a buffer.
+struct HashFlavor(Sha256);
+
+impl postcard::ser_flavors::Flavor for HashFlavor {
+    type Output = Sha256;
+
+    fn try_extend(&mut self, data: &[u8]) -> postcard::Result<()> {
+        self.0.update(data);
+        Ok(())
+    }
+
+    fn try_push(&mut self, data: u8) -> postcard::Result<()> {
+        self.0.update([data]);
+        Ok(())
+    }
+
+    fn finalize(self) -> postcard::Result<Sha256> {
+        Ok(self.0)
+    }
+}
+
+impl Shard {
+    fn snapshot_ref(&self) -> SnapshotRef<'_> {
+        SnapshotRef {
+            ids: self.ids,
+            next_wallet_seq: self.next_wallet_seq,
+            next_transaction_seq: self.next_transaction_seq,
+            next_entry_seq: self.next_entry_seq,
+            next_hold_seq: self.next_hold_seq,
+            wallets: &self.wallets,
+            transfers_out: &self.transfers_out,
+            transfers_in: &self.transfers_in,
+            commerce: &self.commerce,
+        }
+    }
+
+    /// The whole state as bytes (format in the module docs). Empty only if serialisation failed,
+    /// which postcard's growable vector never does; `from_snapshot_bytes` refuses empty input.
+    #[must_use]
+    pub fn snapshot_bytes(&self) -> Vec<u8> {
+        postcard::to_extend(&self.snapshot_ref(), vec![SNAPSHOT_FORMAT_VERSION]).unwrap_or_default()
+    }
+
+    /// SHA-256 of the canonical state (see the module docs).
+    #[must_use]
+    pub fn state_digest(&self) -> Hash {
+        let mut hasher = Sha256::new();
+        hasher.update([SNAPSHOT_FORMAT_VERSION]);
+        match postcard::serialize_with_flavor(&self.snapshot_ref(), HashFlavor(hasher)) {
+            Ok(hasher) => Hash(hasher.finalize().into()),
+            Err(_) => Hash::ZERO,
+        }
+    }
+
+    /// Rebuilds a shard from [`Shard::snapshot_bytes`] output, validating it. Never panics.
+    pub fn from_snapshot_bytes(bytes: &[u8]) -> Result<Shard, DecodeError> {
+        let (version, body) = bytes.split_first().ok_or(DecodeError::Empty)?;
+        let malformed = |error: postcard::Error| DecodeError::Malformed(error.to_string());
+        let ((snapshot, commerce), rest): ((SnapshotOwned, Commerce), &[u8]) = match *version {
+            1 => {
+                let (snapshot, rest) = postcard::take_from_bytes(body).map_err(malformed)?;
+                ((snapshot, Commerce::new()), rest)
+            }
+            SNAPSHOT_FORMAT_VERSION => postcard::take_from_bytes(body).map_err(malformed)?,
+            other => return Err(DecodeError::UnsupportedVersion(other)),
+        };
+        if !rest.is_empty() {
+            return Err(DecodeError::TrailingBytes(rest.len()));
+        }
+        let mut shard = Shard::with_ids(snapshot.ids);
+        shard.next_wallet_seq = snapshot.next_wallet_seq;
+        shard.next_transaction_seq = snapshot.next_transaction_seq;
+        shard.next_entry_seq = snapshot.next_entry_seq;
+        shard.next_hold_seq = snapshot.next_hold_seq;
+        shard.index = build_indexes(&shard, &snapshot.wallets)?;
+        shard.wallets = snapshot.wallets;
+        for (uuid, transfer) in &snapshot.transfers_out {
+            if *uuid != transfer.uuid || !shard.owns(transfer.source_wallet_id) {
+                return Err(DecodeError::Invalid(
+                    "outgoing transfer keyed wrongly or not from this shard",
+                ));
+            }
+        }
+        for (uuid, transfer) in &snapshot.transfers_in {
+            if *uuid != transfer.uuid || !shard.owns(transfer.target_wallet_id) {
+                return Err(DecodeError::Invalid(
+                    "incoming transfer keyed wrongly or not to this shard",
+                ));
+            }
+        }
+        shard.transfers_out = snapshot.transfers_out;
+        shard.transfers_in = snapshot.transfers_in;
+        check_commerce_keys(&shard, &commerce)?;
+        shard.index.commerce = CommerceIndex::build(&commerce).map_err(DecodeError::Invalid)?;
+        shard.commerce = commerce;
+        Ok(shard)
+    }
+}
+
+/// Checks that `ids` are strictly increasing, minted by this shard, and below `next_seq`.
+fn check_sequence(
+    shard: &Shard,
+    ids: impl Iterator<Item = u64>,
+    next_seq: u64,
+    what: &'static str,
+) -> Result<(), DecodeError> {
+    let mut last_seq = 0u64;
+    for id in ids {
+        let seq = shard.ids.seq_of(id).ok_or(DecodeError::Invalid(what))?;
+        if seq <= last_seq || seq >= next_seq {
+            return Err(DecodeError::Invalid(what));
+        }
+        last_seq = seq;
+    }
+    Ok(())
+}
+
+fn build_indexes(shard: &Shard, wallets: &[Wallet]) -> Result<Indexes, DecodeError> {
+    let mut index = Indexes::default();
+    let expected_wallets =
+        usize::try_from(shard.next_wallet_seq.saturating_sub(1)).unwrap_or(usize::MAX);
+    if wallets.len() != expected_wallets {
+        return Err(DecodeError::Invalid(
+            "wallet count does not match the wallet sequence",
+        ));
+    }
+    check_sequence(
+        shard,
+        wallets.iter().map(|wallet| wallet.id().0),
+        shard.next_wallet_seq,
+        "wallet ids out of order",
+    )?;
+    for wallet in wallets {
+        if index
+            .owners
+            .insert(OwnerKey::of(wallet), wallet.id())
+            .is_some()
+        {
+            return Err(DecodeError::Invalid(
+                "two wallets for one owner, currency and wallet type",
+            ));
+        }
+        if wallet.wallet_type().is_system() != wallet.is_system() {
+            return Err(DecodeError::Invalid(
+                "system wallet type on a non-system wallet",
+            ));
+        }
+        let entries = wallet.entries().iter().map(|entry| entry.id.0);
+        check_sequence(
+            shard,
+            entries,
+            shard.next_entry_seq,
+            "entry ids out of order",
+        )?;
+        let transactions = wallet
+            .transactions()
+            .iter()
+            .map(|transaction| transaction.id.0);
+        check_sequence(
+            shard,
+            transactions,
+            shard.next_transaction_seq,
+            "transaction ids out of order",
+        )?;
+        check_sequence(
+            shard,
+            wallet.holds().iter().map(|hold| hold.id.0),
+            shard.next_hold_seq,
+            "hold ids out of order",
+        )?;
+        for transaction in wallet.transactions() {
+            if index
+                .transactions
+                .insert(transaction.uuid, (wallet.id(), transaction.id))
+                .is_some()
+            {
+                return Err(DecodeError::Invalid("duplicate transaction uuid"));
+            }
+        }
+        for hold in wallet.holds() {
+            if index
+                .holds
+                .insert(hold.uuid, (wallet.id(), hold.id))
+                .is_some()
+            {
+                return Err(DecodeError::Invalid("duplicate hold uuid"));
+            }
+            if hold.status == HoldStatus::Active {
+                index
+                    .hold_expiry
+                    .insert((hold.expires_at_ms, hold.id), wallet.id());
+            }
+        }
+    }
+    Ok(index)
+}
+
+/// Commerce records keyed by their own uuid or id, ids minted by this shard below their sequence
+/// and used once, cross-shard records on the right side of this shard.
+fn check_commerce_keys(shard: &Shard, commerce: &Commerce) -> Result<(), DecodeError> {
+    let minted_once = |ids: &mut Vec<u64>, next_seq: u64, what: &'static str| {
+        ids.sort_unstable();
+        check_sequence(shard, ids.iter().copied(), next_seq, what)
+    };
+    let mut payment_ids = Vec::with_capacity(commerce.payments.len());
+    for (uuid, payment) in &commerce.payments {
+        if *uuid != payment.uuid || !shard.owns(payment.merchant_wallet_id) {
+            return Err(DecodeError::Invalid(
+                "payment keyed wrongly or not of this shard",
+            ));
+        }
+        payment_ids.push(payment.id.0);
+    }
+    minted_once(
+        &mut payment_ids,
+        commerce.next_payment_seq,
+        "payment ids not minted here",
+    )?;
+    let mut link_ids: Vec<u64> = Vec::with_capacity(commerce.links.len());
+    for (uuid, link) in &commerce.links {
+        if *uuid != link.uuid {
+            return Err(DecodeError::Invalid("payment link keyed wrongly"));
+        }
+        link_ids.push(link.id.0);
+    }
+    minted_once(
+        &mut link_ids,
+        commerce.next_link_seq,
+        "link ids not minted here",
+    )?;
+    let mut qr_ids: Vec<u64> = Vec::with_capacity(commerce.qrs.len());
+    for (uuid, qr) in &commerce.qrs {
+        if *uuid != qr.uuid {
+            return Err(DecodeError::Invalid("QR keyed wrongly"));
+        }
+        qr_ids.push(qr.id.0);
+    }
+    minted_once(&mut qr_ids, commerce.next_qr_seq, "QR ids not minted here")?;
+    if commerce.payouts.iter().any(|(id, payout)| *id != payout.id) {
+        return Err(DecodeError::Invalid("payout keyed wrongly"));
+    }
+    check_sequence(
+        shard,
+        commerce.payouts.keys().map(|id| id.0),
+        commerce.next_payout_seq,
+        "payout ids not minted here",
+    )?;
+    if commerce
+        .settlements
+        .iter()
+        .any(|(id, settlement)| *id != settlement.id)
+    {
+        return Err(DecodeError::Invalid("settlement keyed wrongly"));
+    }
+    check_sequence(
+        shard,
+        commerce.settlements.keys().map(|id| id.0),
+        commerce.next_settlement_seq,
+        "settlement ids not minted here",
+    )?;
+    for (uuid, reservation) in &commerce.reservations {
+        if *uuid != reservation.uuid || !shard.owns(reservation.source_wallet_id) {
+            return Err(DecodeError::Invalid(
+                "payment reservation keyed wrongly or not from this shard",
+            ));
+        }
+    }
+    for (uuid, credit) in &commerce.credits {
+        if *uuid != credit.uuid || !shard.owns(credit.target_wallet_id) {
+            return Err(DecodeError::Invalid(
+                "payment credit keyed wrongly or not to this shard",
+            ));
+        }
+    }
+    Ok(())
+}
