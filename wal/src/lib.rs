@@ -37,6 +37,6 @@ mod writer;
 mod tests;
 
 pub use error::{Error, Result};
-pub use log::{Append, FsyncPolicy, Options, Recovered, StatsSnapshot, Wal};
+pub use log::{Append, DurableRecord, FsyncPolicy, Options, Recovered, StatsSnapshot, Wal};
 pub use record::RecordRef;
 pub use snapshot::Snapshot;

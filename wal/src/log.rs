@@ -51,6 +51,18 @@ pub struct Options {
     pub fsync: FsyncPolicy,
     /// Snapshots kept by [`Wal::checkpoint`]; segments wholly below the oldest kept are deleted.
     pub snapshots_kept: usize,
+    /// Where the writer hands every record once it is durable, in LSN order, batch by batch (the
+    /// payloads are moved, not copied). The channel's bound is the consumer's back-pressure: a
+    /// full channel stalls the writer, so a slow consumer slows appends instead of growing memory.
+    /// If the consumer hangs up, the log is poisoned: nothing may become durable unseen.
+    pub durable_tap: Option<crossbeam_channel::Sender<Vec<DurableRecord>>>,
+}
+
+/// A record handed to [`Options::durable_tap`] after its sync.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DurableRecord {
+    pub lsn: u64,
+    pub payload: Vec<u8>,
 }
 
 impl Default for Options {
@@ -62,6 +74,7 @@ impl Default for Options {
             queue_records_max: 64 * 1024,
             fsync: FsyncPolicy::Always,
             snapshots_kept: 2,
+            durable_tap: None,
         }
     }
 }
@@ -206,6 +219,8 @@ pub(crate) struct Shared {
     poison_reason: Mutex<Option<String>>,
     waiters: Mutex<Waiters>,
     segments: Mutex<Vec<(u64, PathBuf)>>,
+    /// See [`Wal::set_retention_floor`]; `u64::MAX` while unset.
+    retention_floor: AtomicU64,
     pub(crate) stats: Stats,
     /// Hands large batches of ready wakers to the notifier thread, so the writer's next write
     /// does not wait for one `unpark` syscall per appender (they measured ~1 ms a round at 256
@@ -516,16 +531,24 @@ impl Wal {
             poison_reason: Mutex::new(None),
             waiters: Mutex::new(Waiters::default()),
             segments: Mutex::new(segments),
+            retention_floor: AtomicU64::new(u64::MAX),
             stats: Stats::default(),
             notifier: Some(notify_tx),
         });
         let (tx, rx) = crossbeam_channel::bounded(options.queue_records_max);
         let spares = crate::writer::Spares::start(fs.clone(), dir.clone(), options.segment_bytes)
             .map_err(|e| Error::io("spawn the segment preallocator thread", e))?;
+        // Only the writer holds the tap: once it stops (close or poison), the consumer sees the
+        // channel close.
+        let mut options = options;
+        let tap = options.durable_tap.take();
         let writer = Writer {
             fs: fs.clone(),
             dir: dir.clone(),
-            options: options.clone(),
+            options: Options {
+                durable_tap: tap,
+                ..options.clone()
+            },
             shared: shared.clone(),
             segment,
             rx,
@@ -656,9 +679,20 @@ impl Wal {
         if let Some(oldest_kept) =
             snapshot::prune(fs, &self.inner.dir, self.inner.options.snapshots_kept)?
         {
-            self.remove_segments_through(oldest_kept)?;
+            let floor = self.inner.shared.retention_floor.load(Ordering::Acquire);
+            self.remove_segments_through(oldest_kept.min(floor))?;
         }
         Ok(path)
+    }
+
+    /// Keeps every segment holding a record above `lsn` when a later [`Wal::checkpoint`] prunes:
+    /// for a reader other than the snapshot that must still see them (the history store covers
+    /// records up to `lsn`). Unset, only the snapshots decide.
+    pub fn set_retention_floor(&self, lsn: u64) {
+        self.inner
+            .shared
+            .retention_floor
+            .store(lsn, Ordering::Release);
     }
 
     /// Loads the newest valid snapshot in the log's directory (see [`snapshot::load_newest`]).

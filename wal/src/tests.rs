@@ -878,3 +878,82 @@ fn snapshot_reserved_bytes_must_be_zero() {
     bytes[12] = 1;
     assert!(snapshot::decode(&bytes).is_err());
 }
+
+#[test]
+fn the_durable_tap_gets_every_record_in_order_after_its_sync() {
+    let dir = tempfile::tempdir().unwrap();
+    let (tap, records) = crossbeam_channel::bounded(4);
+    let options = Options {
+        durable_tap: Some(tap),
+        ..small_options()
+    };
+    // The test keeps no sender of its own: the channel must close when the writer stops.
+    let (wal, _) = Wal::open(dir.path(), options).unwrap();
+    let consumer = std::thread::spawn(move || {
+        let mut seen = Vec::new();
+        while let Ok(batch) = records.recv() {
+            seen.extend(batch);
+        }
+        seen
+    });
+    // Enough to rotate segments (a batch can end a segment and start the next).
+    fill(&wal, 1, 200, |lsn| 500 + (lsn as usize % 700));
+    let durable = wal.durable_lsn();
+    wal.close().unwrap();
+    let seen = consumer.join().unwrap();
+    assert_eq!(durable, 200);
+    assert_eq!(
+        seen.iter().map(|r| r.lsn).collect::<Vec<_>>(),
+        (1..=200).collect::<Vec<_>>(),
+        "every record once, in LSN order; the channel closed with the writer"
+    );
+    for record in &seen {
+        assert_eq!(
+            record.payload,
+            payload(record.lsn, 500 + (record.lsn as usize % 700))
+        );
+    }
+    assert_eq!(read_all(dir.path(), &small_options()).len(), 200);
+}
+
+#[test]
+fn a_tap_whose_consumer_hangs_up_poisons_the_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let (tap, records) = crossbeam_channel::bounded(1);
+    let options = Options {
+        durable_tap: Some(tap),
+        ..small_options()
+    };
+    let (wal, _) = Wal::open(dir.path(), options).unwrap();
+    fill(&wal, 1, 1, |_| 10);
+    drop(records);
+    // Record 2 is written and synced, but nobody can be told: the writer poisons the log right
+    // after its sync, so record 3 cannot become durable (refused, or failed while waiting).
+    let _ = wal.append(payload(2, 10)).unwrap().wait();
+    let third = wal.append(payload(3, 10)).and_then(crate::Append::wait);
+    assert!(third.is_err(), "{third:?}");
+    assert!(wal.is_poisoned());
+}
+
+#[test]
+fn the_retention_floor_keeps_segments_a_snapshot_alone_would_drop() {
+    let dir = tempfile::tempdir().unwrap();
+    let (wal, _) = Wal::open(dir.path(), small_options()).unwrap();
+    fill(&wal, 1, 100, |_| 2000);
+    let before = segments(dir.path()).len();
+    wal.set_retention_floor(10);
+    wal.checkpoint(90, b"state@90").unwrap();
+    let first = segments(dir.path()).into_iter().next().unwrap();
+    let first_lsn =
+        record::parse_segment_file_name(first.file_name().unwrap().to_str().unwrap()).unwrap();
+    assert!(
+        first_lsn <= 11,
+        "records after the floor (10) stay although the snapshot covers 90; log starts at {first_lsn}"
+    );
+    wal.set_retention_floor(95);
+    wal.checkpoint(95, b"state@95").unwrap();
+    assert!(
+        segments(dir.path()).len() < before,
+        "with the floor raised, covered segments go"
+    );
+}

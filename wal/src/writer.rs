@@ -31,7 +31,7 @@ use crate::log::Shared;
 use crate::record::{
     encode_record, encode_segment_header, record_bytes, segment_file_name, SEGMENT_HEADER_BYTES,
 };
-use crate::{FsyncPolicy, Options};
+use crate::{DurableRecord, FsyncPolicy, Options};
 
 /// A record on its way to the writer.
 pub(crate) struct Pending {
@@ -147,6 +147,21 @@ impl Writer {
                 tracing::error!(error = %error, "write-ahead log failed; poisoning it, every later append fails");
                 self.shared.poison(error.to_string());
                 return;
+            }
+            if let Some(tap) = &self.options.durable_tap {
+                let durable = batch
+                    .into_iter()
+                    .map(|pending| DurableRecord {
+                        lsn: pending.lsn,
+                        payload: pending.payload,
+                    })
+                    .collect();
+                if tap.send(durable).is_err() {
+                    tracing::error!("the consumer of durable records stopped; poisoning the log");
+                    self.shared
+                        .poison("the consumer of durable records stopped".into());
+                    return;
+                }
             }
         }
         tracing::debug!("write-ahead log writer stopping: all appenders closed");
