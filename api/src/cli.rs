@@ -403,6 +403,12 @@ fn replay(args: &ReplayArgs) -> anyhow::Result<()> {
             .check_invariants()
             .await
             .map_err(|v| anyhow::anyhow!("invariant violated: {v}"))?;
+        let compared = engine
+            .verify_history()
+            .await
+            .map_err(|e| anyhow::anyhow!("{e}"))?
+            .map_err(|difference| anyhow::anyhow!("invariant violated: history store: {difference}"))?;
+        println!("history store: {compared} records agree with the shards");
         let pending = engine
             .pending_cross_shard_moves()
             .await
@@ -427,7 +433,7 @@ fn replay(args: &ReplayArgs) -> anyhow::Result<()> {
     if first != second {
         bail!("invariant violated: replaying the same log twice gave different states ({first:?} vs {second:?})");
     }
-    println!("verified: double entry per currency, cached balances, holds, spendable >= 0, hash chains, no half-done transfer or payment across shards, deterministic replay");
+    println!("verified: double entry per currency, cached balances, holds, spendable >= 0, hash chains, the history store, no half-done transfer or payment across shards, deterministic replay");
     Ok(())
 }
 

@@ -245,33 +245,21 @@ pub async fn transactions(app: &SharedApp, call: &Call) -> Handled {
     let id = call.wallet_id()?;
     authorized_wallet(app, call, id).await?;
     let requested = call.page()?;
-    wallet_page(
-        app,
-        id,
-        requested,
-        move |s| s.transactions_page(id, requested),
-        views::transaction,
-    )
-    .await
+    let paged = app.engine.transactions_page(id, requested).await;
+    render_page(paged, requested, views::transaction)
 }
 
-/// Reads one page of a wallet's records (waiting for durability), renders each record and
-/// wraps them in the paginated envelope.
-async fn wallet_page<T, J>(
-    app: &SharedApp,
-    id: WalletId,
+/// Renders one page of a wallet's history (read from the store once it covers everything the
+/// caller could have seen) in the paginated envelope.
+fn render_page<T, J>(
+    paged: Result<Result<engine::Paged<T>, engine::Rejection>, engine::runtime::EngineError>,
     requested: engine::Page,
-    read: impl FnOnce(&engine::Shard) -> Result<engine::Paged<T>, engine::Rejection> + Send + 'static,
     render: impl Fn(&T) -> J,
 ) -> Handled
 where
-    T: Send + 'static,
     J: serde::Serialize,
 {
-    let paged = app
-        .engine
-        .read_wallet(id, read)
-        .await
+    let paged = paged
         .map_err(engine_error)?
         .map_err(not_found_as("wallet"))?;
     let records = paged.records.iter().map(render).collect();
@@ -310,14 +298,8 @@ pub async fn ledger(app: &SharedApp, call: &Call) -> Handled {
     authorized_wallet(app, call, id).await?;
     let requested = call.page()?;
     let (from, to) = date_range(call)?;
-    wallet_page(
-        app,
-        id,
-        requested,
-        move |s| s.ledger_page(id, requested, from, to),
-        views::entry,
-    )
-    .await
+    let paged = app.engine.ledger_page(id, requested, from, to).await;
+    render_page(paged, requested, views::entry)
 }
 
 pub async fn verify(app: &SharedApp, call: &Call) -> Handled {
@@ -341,14 +323,8 @@ pub async fn holds(app: &SharedApp, call: &Call) -> Handled {
     let id = call.wallet_id()?;
     authorized_wallet(app, call, id).await?;
     let requested = call.page()?;
-    wallet_page(
-        app,
-        id,
-        requested,
-        move |s| s.holds_page(id, requested),
-        views::hold,
-    )
-    .await
+    let paged = app.engine.holds_page(id, requested).await;
+    render_page(paged, requested, views::hold)
 }
 
 /// The wallet id of a JSON body field, or 422.

@@ -70,4 +70,27 @@ impl Hold {
     pub fn is_past_expiry(&self, now_ms: i64) -> bool {
         now_ms >= self.expires_at_ms
     }
+
+    /// Closes an active hold as released, captured (for `captured_amount`, by
+    /// `capture_transaction_id`) or expired. The one place a hold's record changes: the shard and
+    /// the history indexer both go through it.
+    pub fn close(
+        &mut self,
+        status: HoldStatus,
+        captured_amount: Option<Decimal>,
+        capture_transaction_id: Option<TransactionId>,
+        at_ms: i64,
+    ) -> Result<(), &'static str> {
+        if self.status != HoldStatus::Active || status == HoldStatus::Active {
+            return Err("only an active hold can close");
+        }
+        if captured_amount.is_some_and(|amount| amount > self.amount) {
+            return Err("capture above the hold amount");
+        }
+        self.status = status;
+        self.closed_at_ms = Some(at_ms);
+        self.captured_amount = captured_amount;
+        self.capture_transaction_id = capture_transaction_id;
+        Ok(())
+    }
 }

@@ -263,6 +263,28 @@ pub struct Transaction {
     pub reversed_at_ms: Option<i64>,
 }
 
+impl Transaction {
+    /// Marks the transaction reversed by `by` at `at_ms` (shard and history indexer alike).
+    pub fn mark_reversed(&mut self, by: TransactionId, at_ms: i64) -> Result<(), &'static str> {
+        if self.reversed_by_transaction_id.is_some() {
+            return Err("transaction already reversed");
+        }
+        self.reversed_by_transaction_id = Some(by);
+        self.status = TransactionStatus::Reversed;
+        self.reversed_at_ms = Some(at_ms);
+        Ok(())
+    }
+
+    /// Sets the cumulative refunded amount (shard and history indexer alike).
+    pub fn set_refunded(&mut self, refunded_amount: Decimal) -> Result<(), &'static str> {
+        if refunded_amount > self.amount {
+            return Err("refunds above the original amount");
+        }
+        self.refunded_amount = refunded_amount;
+        Ok(())
+    }
+}
+
 /// A ledger entry (contract §2.4), kept in its wallet's history. Status is always `posted`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LedgerEntry {
@@ -284,6 +306,15 @@ pub struct LedgerEntry {
 }
 
 impl LedgerEntry {
+    /// Links this entry to the entry that mirrors it (shard and history indexer alike).
+    pub fn mark_reversed(&mut self, by: EntryId) -> Result<(), &'static str> {
+        if self.reversed_by_entry_id.is_some() {
+            return Err("entry already reversed");
+        }
+        self.reversed_by_entry_id = Some(by);
+        Ok(())
+    }
+
     /// Negative for a debit.
     #[must_use]
     pub fn signed_amount(&self) -> Decimal {

@@ -130,9 +130,62 @@ pub struct TransactionView {
     pub created_at_ms: i64,
 }
 
+/// What a record's view shows of the wallet that holds it: facts that never change once the
+/// wallet exists, so a view built from history on disk needs no copy of the wallet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Holder {
+    pub id: WalletId,
+    pub owner_type: OwnerType,
+    pub owner_id: u64,
+    pub currency: Currency,
+    pub business_id: u64,
+    pub branch_id: u64,
+}
+
+impl From<&Wallet> for Holder {
+    fn from(wallet: &Wallet) -> Self {
+        Holder {
+            id: wallet.id(),
+            owner_type: wallet.owner_type(),
+            owner_id: wallet.owner_id(),
+            currency: wallet.currency(),
+            business_id: wallet.business_id(),
+            branch_id: wallet.branch_id(),
+        }
+    }
+}
+
+impl Holder {
+    fn id(&self) -> WalletId {
+        self.id
+    }
+    fn owner_type(&self) -> OwnerType {
+        self.owner_type
+    }
+    fn owner_id(&self) -> u64 {
+        self.owner_id
+    }
+    fn currency(&self) -> Currency {
+        self.currency
+    }
+    fn business_id(&self) -> u64 {
+        self.business_id
+    }
+    fn branch_id(&self) -> u64 {
+        self.branch_id
+    }
+}
+
+impl From<&Holder> for Holder {
+    fn from(holder: &Holder) -> Self {
+        *holder
+    }
+}
+
 impl TransactionView {
     #[must_use]
-    pub fn of(wallet: &Wallet, transaction: &Transaction) -> Self {
+    pub fn of(wallet: impl Into<Holder>, transaction: &Transaction) -> Self {
+        let wallet = wallet.into();
         let commerce = match transaction.transaction_type {
             TransactionType::Payment | TransactionType::PaymentRefund => Some("payment"),
             TransactionType::Payout | TransactionType::PayoutReturn => Some("payout"),
@@ -214,7 +267,8 @@ pub struct EntryView {
 impl EntryView {
     /// `prev_hash`: hash of the entry before it in the wallet (zero for the first).
     #[must_use]
-    pub fn of(wallet: &Wallet, entry: &LedgerEntry, prev_hash: Hash) -> Self {
+    pub fn of(wallet: impl Into<Holder>, entry: &LedgerEntry, prev_hash: Hash) -> Self {
+        let wallet = wallet.into();
         Self {
             id: entry.id,
             uuid: entry.uuid,
@@ -258,7 +312,8 @@ pub struct HoldView {
 
 impl HoldView {
     #[must_use]
-    pub fn of(wallet: &Wallet, hold: &Hold) -> Self {
+    pub fn of(wallet: impl Into<Holder>, hold: &Hold) -> Self {
+        let wallet = wallet.into();
         Self {
             id: hold.id,
             uuid: hold.uuid,

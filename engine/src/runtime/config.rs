@@ -1,6 +1,7 @@
 //! The engine's settings, the errors it answers with, and what the API hands it (a renderer for
 //! idempotent answers, idempotency keys).
 
+use crate::runtime::history::HistoryConfig;
 use crate::shard::command::Outcome;
 use crate::values::error::Rejection;
 use std::path::PathBuf;
@@ -30,6 +31,8 @@ pub struct EngineConfig {
     pub snapshot_every_records: u64,
     /// What the WAL writes through: the real file system, or a test's (to hold back fsyncs).
     pub file_system: WalFileSystem,
+    /// The history store (`data_dir/history.redb`) and its indexer.
+    pub history: HistoryConfig,
 }
 
 /// The file system under the WAL (see [`EngineConfig::file_system`]).
@@ -60,6 +63,7 @@ impl EngineConfig {
             hold_tick: Duration::from_secs(1),
             snapshot_every_records: 1_000_000,
             file_system: WalFileSystem::default(),
+            history: HistoryConfig::default(),
         }
     }
 

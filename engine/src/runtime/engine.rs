@@ -11,6 +11,7 @@ use crate::runtime::actor::{
 };
 use crate::runtime::clock::Clock;
 use crate::runtime::config::{unavailable, EngineConfig, EngineError, IdempotencyKey, Reply};
+use crate::runtime::history::{History, HistoryStore};
 use crate::runtime::idempotency::{Begin, IdempotencyTable};
 use crate::runtime::journal::IdempotencyRecord;
 use crate::shard::command::{Command, CreateWallet, Outcome};
@@ -34,6 +35,10 @@ pub(crate) struct Inner {
     pub(crate) config: EngineConfig,
     pub(crate) system: actix::System,
     pub(crate) actors: Mutex<Option<JoinHandle<()>>>,
+    /// History on disk and the indexer that files it.
+    pub(crate) history: History,
+    pub(crate) store: Arc<HistoryStore>,
+    pub(crate) indexer: Mutex<Option<JoinHandle<()>>>,
     /// Records appended at the last snapshot, to trigger the next.
     pub(crate) snapshot_state: Mutex<SnapshotState>,
     /// Wallet scopes already looked up. They never change once a wallet exists (wallets are
@@ -60,7 +65,18 @@ impl Inner {
         if let (Some(handle), false) = (actors, on_engine_thread) {
             let _ = handle.join();
         }
-        self.wal.clone().close().map_err(unavailable)
+        let closed = self.wal.clone().close().map_err(unavailable);
+        // The writer has stopped, so the indexer sees its channel close, checkpoints and ends.
+        let indexer = self
+            .indexer
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        if let (Some(handle), false) = (indexer, on_engine_thread) {
+            let _ = handle.join();
+        }
+        self.store.close();
+        closed
     }
 }
 

@@ -21,6 +21,7 @@ use super::actor::ShardActor;
 use super::clock::Clock;
 use super::config::{EngineConfig, EngineError, Renderer};
 use super::engine::{Engine, Inner, SnapshotState};
+use super::history::{self, indexer::Filer, History};
 use super::idempotency::IdempotencyTable;
 use super::image;
 use super::journal::JournalEntry;
@@ -74,6 +75,15 @@ pub enum OpenError {
     Start(String),
     #[error("cannot finish interrupted transfers: {0}")]
     Complete(EngineError),
+    #[error("history store {path} cannot be used: {reason}")]
+    History { path: String, reason: String },
+}
+
+fn history_error(path: &std::path::Path, error: &history::StoreError) -> OpenError {
+    OpenError::History {
+        path: path.display().to_string(),
+        reason: error.to_string(),
+    }
 }
 
 /// The file in a data dir that records its shard count, as decimal text.
@@ -148,17 +158,97 @@ pub(crate) fn open(
         })
     })?;
 
-    // 1. The snapshot, 2. replay (in one pass with the log's own recovery scan).
+    // 1. The snapshot and the history store, 2. replay (in one pass with the log's own recovery
+    // scan): records after the snapshot rebuild the shards, records after the store's last
+    // checkpoint are filed into the store.
     let mut state = Replayed::load(&dir, count)?;
-    let replay_from = state.replay_from();
-    let mut visit = |record: wal::RecordRef<'_>| state.apply(record);
-    let (wal, recovered) = wal::Wal::open_with(
+    let store_path = config.data_dir.join(history::STORE_DIR);
+    let store = match history::HistoryStore::open(&store_path, config.history.cache_bytes) {
+        Ok(store) => Arc::new(store),
+        // Another process has the data directory open (the WAL's lock would say the same).
+        Err(history::StoreError::Engine(fjall::Error::Locked)) => {
+            return Err(OpenError::Wal(wal::Error::Locked {
+                lock: store_path.join("lock"),
+                dir: store_path,
+            }))
+        }
+        Err(error) => return Err(history_error(&store_path, &error)),
+    };
+    let mut filer = Filer::new(store.clone(), config.history.checkpoint_every)
+        .map_err(|e| history_error(&store_path, &e))?;
+    let store_covers = filer.indexed_lsn;
+    let replay_from = state.replay_from().min(store_covers + 1);
+    let (tap, durable_records) = crossbeam_channel::bounded(config.history.queue_batches_max);
+    let mut wal_options = config.wal.clone();
+    wal_options.durable_tap = Some(tap);
+    let mut filing_error = None;
+    let mut visit = |record: wal::RecordRef<'_>| {
+        if let Err(error) = filer.add(record.lsn, record.payload) {
+            filing_error.get_or_insert(error);
+        }
+        state.apply(record)
+    };
+    let opened = wal::Wal::open_with(
         config.file_system.0.clone(),
         &dir,
-        config.wal.clone(),
+        wal_options,
         replay_from,
         &mut visit,
-    )?;
+    );
+    let (wal, recovered) = match opened {
+        Ok(opened) => opened,
+        Err(wal::Error::Unavailable {
+            requested,
+            first_available,
+        }) if requested == store_covers + 1 => {
+            return Err(OpenError::History {
+                path: store_path.display().to_string(),
+                reason: format!(
+                    "it covers the log up to LSN {store_covers} but the log now starts at LSN \
+                     {first_available}: the records in between are gone. Rebuild the store from \
+                     an archive of the whole log (walletd replay --from-archive DIR)"
+                ),
+            });
+        }
+        Err(error) => return Err(error.into()),
+    };
+    if let Some(error) = filing_error {
+        return Err(history_error(&store_path, &error));
+    }
+    filer
+        .flush(true)
+        .map_err(|e| history_error(&store_path, &e))?;
+    if filer.indexed_lsn < recovered.last_lsn {
+        return Err(OpenError::History {
+            path: store_path.display().to_string(),
+            reason: format!(
+                "it covers the log up to LSN {} after replay but the log ends at LSN {}",
+                filer.indexed_lsn, recovered.last_lsn
+            ),
+        });
+    }
+    if filer.indexed_lsn > recovered.last_lsn {
+        return Err(OpenError::History {
+            path: store_path.display().to_string(),
+            reason: format!(
+                "it holds history up to LSN {} but the log ends at LSN {}: the log is older \
+                 than the store (restored from an older copy?)",
+                filer.indexed_lsn, recovered.last_lsn
+            ),
+        });
+    }
+    wal.set_retention_floor(filer.checkpoint_lsn);
+    let (progress_tx, progress_rx) = tokio::sync::watch::channel(history::Progress {
+        indexed_lsn: filer.indexed_lsn,
+        checkpoint_lsn: filer.checkpoint_lsn,
+        failed: None,
+    });
+    let indexer_wal = wal.clone();
+    let indexer = std::thread::Builder::new()
+        .name("history-indexer".into())
+        .spawn(move || history::indexer::run(filer, durable_records, progress_tx, indexer_wal))
+        .map_err(|e| OpenError::Start(format!("spawn the history indexer: {e}")))?;
+    let history_handle = History::new(store.clone(), progress_rx);
     // Recorded only once the log is open, so under its lock: no other process is using the dir.
     if recorded.is_none() {
         record_shard_count(&config.data_dir, count)?;
@@ -227,6 +317,7 @@ pub(crate) fn open(
         clock,
         table.clone(),
         renderer,
+        (history_handle, store, indexer),
     )?;
     for transfer in &pending {
         let record = table.pending_for_transfer(transfer.uuid);
@@ -393,6 +484,7 @@ impl Replayed {
 /// Currency of the primary wallet every customer gets at registration (decisions.md §2).
 pub const PRIMARY_CURRENCY: &str = "YER";
 
+#[allow(clippy::too_many_arguments)]
 fn start(
     config: EngineConfig,
     shards: Vec<Shard>,
@@ -401,6 +493,11 @@ fn start(
     clock: Arc<dyn Clock>,
     table: Arc<IdempotencyTable>,
     renderer: Arc<dyn Renderer>,
+    (history, store, indexer): (
+        History,
+        Arc<history::HistoryStore>,
+        std::thread::JoinHandle<()>,
+    ),
 ) -> Result<Engine, OpenError> {
     let (tx, rx) = std::sync::mpsc::channel();
     let actor_wal = wal.clone();
@@ -472,6 +569,9 @@ fn start(
             config,
             system,
             actors: Mutex::new(Some(handle)),
+            history,
+            store,
+            indexer: Mutex::new(Some(indexer)),
             wallet_scopes: dashmap::DashMap::new(),
             snapshot_state: Mutex::new(SnapshotState {
                 last_lsn,

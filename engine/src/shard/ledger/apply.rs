@@ -9,7 +9,7 @@
 use rust_decimal::Decimal;
 
 use crate::ledger::hold::HoldStatus;
-use crate::ledger::transaction::{entry_hash, LedgerEntry, Transaction, TransactionStatus};
+use crate::ledger::transaction::{entry_hash, LedgerEntry, Transaction};
 use crate::ledger::transfer::{IncomingTransfer, OutgoingTransfer, TransferState};
 use crate::ledger::wallet::{History, Wallet, WalletStatus};
 use crate::shard::event::{Event, WalletCreated};
@@ -48,11 +48,9 @@ impl Shard {
                 let entry = wallet
                     .entry_mut(*entry_id)
                     .ok_or(ApplyError::new("unknown entry", entry_id.0))?;
-                if entry.reversed_by_entry_id.is_some() {
-                    return Err(ApplyError::new("entry already reversed", entry_id.0));
-                }
-                entry.reversed_by_entry_id = Some(*reversed_by_entry_id);
-                Ok(())
+                entry
+                    .mark_reversed(*reversed_by_entry_id)
+                    .map_err(|reason| ApplyError::new(reason, entry_id.0))
             }
             Event::TransactionReversed {
                 wallet_id,
@@ -64,15 +62,9 @@ impl Shard {
                 let transaction = wallet
                     .transaction_mut(*transaction_id)
                     .ok_or(ApplyError::new("unknown transaction", transaction_id.0))?;
-                if transaction.reversed_by_transaction_id.is_some() {
-                    return Err(ApplyError::new(
-                        "transaction already reversed",
-                        transaction_id.0,
-                    ));
-                }
-                transaction.reversed_by_transaction_id = Some(*reversed_by_transaction_id);
-                transaction.status = TransactionStatus::Reversed;
-                transaction.reversed_at_ms = Some(*at_ms);
+                transaction
+                    .mark_reversed(*reversed_by_transaction_id, *at_ms)
+                    .map_err(|reason| ApplyError::new(reason, transaction_id.0))?;
                 wallet.updated_at_ms = *at_ms;
                 Ok(())
             }
@@ -86,13 +78,9 @@ impl Shard {
                 let transaction = wallet
                     .transaction_mut(*transaction_id)
                     .ok_or(ApplyError::new("unknown transaction", transaction_id.0))?;
-                if *refunded_amount > transaction.amount {
-                    return Err(ApplyError::new(
-                        "refunds above the original amount",
-                        transaction_id.0,
-                    ));
-                }
-                transaction.refunded_amount = *refunded_amount;
+                transaction
+                    .set_refunded(*refunded_amount)
+                    .map_err(|reason| ApplyError::new(reason, transaction_id.0))?;
                 wallet.updated_at_ms = *at_ms;
                 Ok(())
             }
@@ -300,20 +288,12 @@ impl Shard {
         let hold = wallet
             .hold_mut(hold_id)
             .ok_or(ApplyError::new("unknown hold", hold_id.0))?;
-        if hold.status != HoldStatus::Active || status == HoldStatus::Active {
-            return Err(ApplyError::new("only an active hold can close", hold_id.0));
-        }
-        if captured_amount.is_some_and(|amount| amount > hold.amount) {
-            return Err(ApplyError::new("capture above the hold amount", hold_id.0));
-        }
         let held = held_before
             .checked_sub(hold.amount)
             .ok_or(ApplyError::new("held underflow", hold_id.0))?;
         let expiry_key = (hold.expires_at_ms, hold.id);
-        hold.status = status;
-        hold.closed_at_ms = Some(at_ms);
-        hold.captured_amount = captured_amount;
-        hold.capture_transaction_id = capture_transaction_id;
+        hold.close(status, captured_amount, capture_transaction_id, at_ms)
+            .map_err(|reason| ApplyError::new(reason, hold_id.0))?;
         wallet.held = held;
         wallet.updated_at_ms = at_ms;
         self.index.hold_expiry.remove(&expiry_key);

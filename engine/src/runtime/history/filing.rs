@@ -1,0 +1,266 @@
+//! Filing: what the indexer writes to the store for each durable event, in LSN order.
+//!
+//! It mirrors what `Shard::apply` does to a wallet's history, through the same record methods
+//! (`Transaction::mark_reversed`, `Transaction::set_refunded`, `LedgerEntry::mark_reversed`,
+//! `Hold::close`), so the store holds exactly the records the shard would show. Every other event
+//! leaves history alone.
+//!
+//! One call files a group of records as one atomic write batch. A batch cannot read its own
+//! writes, so records changed twice within it (a transfer refunded a moment later) go through a
+//! batch-local overlay that later events of the batch read first.
+
+use std::collections::HashMap;
+
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use super::store::{
+    counts_in, decode, encode, key2, key3, time_key, HistoryStore, Open, StoreError, INDEXED_LSN,
+};
+use crate::ledger::hold::Hold;
+use crate::ledger::transaction::{Hash, LedgerEntry, Transaction};
+use crate::shard::event::Event;
+
+/// Most wallets whose chain head the indexer remembers between batches; past it the memory
+/// starts over (a miss costs one seek to the wallet's newest entry).
+const CHAIN_HEADS_MAX: usize = 1 << 16;
+
+/// The indexer's memory between batches: each recently written wallet's newest entry hash, so
+/// filing an entry needs no read to find the hash before it.
+#[derive(Default)]
+pub(crate) struct ChainHeads(HashMap<u64, Hash>);
+
+impl ChainHeads {
+    /// Forgets everything (after a batch that did not commit).
+    pub(crate) fn clear(&mut self) {
+        self.0.clear();
+    }
+}
+
+/// Files `records` (LSN, events) as one atomic write batch that also sets `indexed_lsn` to the
+/// last LSN. Not durable by itself: see [`HistoryStore::persist`].
+pub(crate) fn file_batch(
+    store: &HistoryStore,
+    records: &[(u64, Vec<Event>)],
+    heads: &mut ChainHeads,
+) -> Result<(), StoreError> {
+    let Some(last_lsn) = records.last().map(|(lsn, _)| *lsn) else {
+        return Ok(());
+    };
+    let result = store.with(|open| {
+        let mut batch = Batch {
+            open,
+            writes: open.db.batch(),
+            overlay: HashMap::new(),
+            counts: HashMap::new(),
+        };
+        for (_, events) in records {
+            for event in events {
+                batch.file(event, heads)?;
+            }
+        }
+        let Batch {
+            mut writes, counts, ..
+        } = batch;
+        for (wallet, added) in counts {
+            let now = counts_in(open, wallet)?;
+            writes.insert(
+                &open.counts,
+                wallet.to_be_bytes(),
+                key3(
+                    now.transactions + added.0,
+                    now.entries + added.1,
+                    now.holds + added.2,
+                )
+                .to_vec(),
+            );
+        }
+        writes.insert(&open.meta, INDEXED_LSN, last_lsn.to_be_bytes().to_vec());
+        writes.commit()?;
+        Ok(())
+    });
+    if result.is_err() {
+        heads.clear();
+    }
+    if heads.0.len() > CHAIN_HEADS_MAX {
+        heads.clear();
+    }
+    result
+}
+
+/// Which keyspace an overlay value belongs to.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+enum Kind {
+    Transaction,
+    Entry,
+    Hold,
+}
+
+struct Batch<'a> {
+    open: &'a Open,
+    writes: fjall::OwnedWriteBatch,
+    /// Values written earlier in this batch, read before the keyspaces.
+    overlay: HashMap<(Kind, [u8; 16]), Vec<u8>>,
+    /// Records added per wallet in this batch: (transactions, entries, holds).
+    counts: HashMap<u64, (u64, u64, u64)>,
+}
+
+fn rule(what: &str, key: (u64, u64), reason: &str) -> StoreError {
+    StoreError::Rule(format!("{what} {}/{}: {reason}", key.0, key.1))
+}
+
+impl Batch<'_> {
+    fn keyspace(&self, kind: Kind) -> &fjall::Keyspace {
+        match kind {
+            Kind::Transaction => &self.open.transactions,
+            Kind::Entry => &self.open.entries,
+            Kind::Hold => &self.open.holds,
+        }
+    }
+
+    fn put<T: Serialize>(
+        &mut self,
+        kind: Kind,
+        key: [u8; 16],
+        value: &T,
+    ) -> Result<(), StoreError> {
+        let bytes = encode(value)?;
+        let keyspace = self.keyspace(kind).clone();
+        self.writes.insert(&keyspace, key, bytes.clone());
+        self.overlay.insert((kind, key), bytes);
+        Ok(())
+    }
+
+    fn load<T: DeserializeOwned>(
+        &self,
+        kind: Kind,
+        what: &'static str,
+        key: (u64, u64),
+    ) -> Result<T, StoreError> {
+        let bytes = key2(key.0, key.1);
+        if let Some(value) = self.overlay.get(&(kind, bytes)) {
+            return decode(what, &bytes, value);
+        }
+        let value = self
+            .keyspace(kind)
+            .get(bytes)?
+            .ok_or_else(|| StoreError::Missing {
+                what,
+                key: format!("{}/{}", key.0, key.1),
+            })?;
+        decode(what, &bytes, &value)
+    }
+
+    fn file(&mut self, event: &Event, heads: &mut ChainHeads) -> Result<(), StoreError> {
+        match event {
+            Event::TransactionRecorded {
+                wallet_id,
+                transaction,
+            } => {
+                let key = key2(wallet_id.0, transaction.id.0);
+                self.put(Kind::Transaction, key, transaction)?;
+                let uuids = self.open.tx_uuids.clone();
+                self.writes.insert(&uuids, transaction.uuid.0, key.to_vec());
+                self.counts.entry(wallet_id.0).or_default().0 += 1;
+            }
+            Event::EntryPosted { wallet_id, entry } => {
+                let w = wallet_id.0;
+                let prev = match heads.0.get(&w) {
+                    Some(hash) => *hash,
+                    None => self.newest_hash(w)?,
+                };
+                self.put(Kind::Entry, key2(w, entry.id.0), &(prev, entry))?;
+                let times = self.open.entry_times.clone();
+                self.writes.insert(
+                    &times,
+                    key3(w, time_key(entry.created_at_ms), entry.id.0),
+                    Vec::new(),
+                );
+                heads.0.insert(w, entry.hash);
+                self.counts.entry(w).or_default().1 += 1;
+            }
+            Event::EntryReversed {
+                wallet_id,
+                entry_id,
+                reversed_by_entry_id,
+            } => {
+                let key = (wallet_id.0, entry_id.0);
+                let (prev, mut entry): (Hash, LedgerEntry) =
+                    self.load(Kind::Entry, "entry", key)?;
+                entry
+                    .mark_reversed(*reversed_by_entry_id)
+                    .map_err(|reason| rule("entry", key, reason))?;
+                self.put(Kind::Entry, key2(key.0, key.1), &(prev, entry))?;
+            }
+            Event::TransactionReversed {
+                wallet_id,
+                transaction_id,
+                reversed_by_transaction_id,
+                at_ms,
+            } => {
+                let key = (wallet_id.0, transaction_id.0);
+                let mut transaction: Transaction =
+                    self.load(Kind::Transaction, "transaction", key)?;
+                transaction
+                    .mark_reversed(*reversed_by_transaction_id, *at_ms)
+                    .map_err(|reason| rule("transaction", key, reason))?;
+                self.put(Kind::Transaction, key2(key.0, key.1), &transaction)?;
+            }
+            Event::RefundTotalChanged {
+                wallet_id,
+                transaction_id,
+                refunded_amount,
+                ..
+            } => {
+                let key = (wallet_id.0, transaction_id.0);
+                let mut transaction: Transaction =
+                    self.load(Kind::Transaction, "transaction", key)?;
+                transaction
+                    .set_refunded(*refunded_amount)
+                    .map_err(|reason| rule("transaction", key, reason))?;
+                self.put(Kind::Transaction, key2(key.0, key.1), &transaction)?;
+            }
+            Event::HoldPlaced { wallet_id, hold } => {
+                let key = key2(wallet_id.0, hold.id.0);
+                self.put(Kind::Hold, key, hold)?;
+                let uuids = self.open.hold_uuids.clone();
+                self.writes.insert(&uuids, hold.uuid.0, key.to_vec());
+                self.counts.entry(wallet_id.0).or_default().2 += 1;
+            }
+            Event::HoldClosed {
+                wallet_id,
+                hold_id,
+                status,
+                captured_amount,
+                capture_transaction_id,
+                at_ms,
+            } => {
+                let key = (wallet_id.0, hold_id.0);
+                let mut hold: Hold = self.load(Kind::Hold, "hold", key)?;
+                hold.close(*status, *captured_amount, *capture_transaction_id, *at_ms)
+                    .map_err(|reason| rule("hold", key, reason))?;
+                self.put(Kind::Hold, key2(key.0, key.1), &hold)?;
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// The hash of a wallet's newest entry in the store, zero when it has none. Only asked when
+    /// no entry of the wallet was filed in this batch (those are in [`ChainHeads`]).
+    fn newest_hash(&self, wallet: u64) -> Result<Hash, StoreError> {
+        match self
+            .open
+            .entries
+            .range(key2(wallet, 0)..=key2(wallet, u64::MAX))
+            .next_back()
+        {
+            Some(guard) => {
+                let (key, bytes) = guard.into_inner()?;
+                let (_, entry): (Hash, LedgerEntry) = decode("entry", &key, &bytes)?;
+                Ok(entry.hash)
+            }
+            None => Ok(Hash::ZERO),
+        }
+    }
+}

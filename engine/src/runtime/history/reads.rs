@@ -1,0 +1,264 @@
+//! The engine's history reads: a wallet's transactions, ledger entries and holds, served from the
+//! store once the indexer has filed everything the caller could have seen.
+
+use std::sync::Arc;
+
+use super::{unavailable, History, HistoryStore};
+use crate::ledger::transaction::Hash;
+use crate::ledger::view::{EntryView, HoldView, Holder, TransactionView};
+use crate::runtime::config::EngineError;
+use crate::runtime::engine::Engine;
+use crate::shard::command::{Page, Paged};
+use crate::shard::state::Shard;
+use crate::values::error::Rejection;
+use crate::values::ids::WalletId;
+
+impl Engine {
+    /// History on disk and the indexer's progress.
+    #[must_use]
+    pub fn history(&self) -> &History {
+        &self.inner.history
+    }
+
+    /// The wallet's unchanging facts, after waiting until the store holds every record a caller
+    /// could have seen when it asked (everything appended so far). `Ok(Err(_))`: no such wallet.
+    async fn holder_caught_up(
+        &self,
+        wallet_id: WalletId,
+    ) -> Result<Result<Holder, Rejection>, EngineError> {
+        let holder = self
+            .read_wallet(wallet_id, move |s| {
+                s.find_wallet(wallet_id).map(Holder::from)
+            })
+            .await?;
+        if holder.is_ok() {
+            self.inner
+                .history
+                .caught_up(self.inner.wal.last_lsn())
+                .await?;
+        }
+        Ok(holder)
+    }
+
+    /// A wallet's transactions, newest first.
+    pub async fn transactions_page(
+        &self,
+        wallet_id: WalletId,
+        page: Page,
+    ) -> Result<Result<Paged<TransactionView>, Rejection>, EngineError> {
+        let holder = match self.holder_caught_up(wallet_id).await? {
+            Ok(holder) => holder,
+            Err(rejection) => return Ok(Err(rejection)),
+        };
+        let found = self
+            .inner
+            .history
+            .store()
+            .transactions_page(wallet_id, page.offset() as u64, u64::from(page.per_page()))
+            .map_err(unavailable)?;
+        Ok(Ok(Paged {
+            records: found
+                .records
+                .iter()
+                .map(|transaction| TransactionView::of(holder, transaction))
+                .collect(),
+            total: found.total,
+        }))
+    }
+
+    /// A wallet's ledger (statement), newest first, optionally only entries created within
+    /// `from_ms..=to_ms`.
+    pub async fn ledger_page(
+        &self,
+        wallet_id: WalletId,
+        page: Page,
+        from_ms: Option<i64>,
+        to_ms: Option<i64>,
+    ) -> Result<Result<Paged<EntryView>, Rejection>, EngineError> {
+        let holder = match self.holder_caught_up(wallet_id).await? {
+            Ok(holder) => holder,
+            Err(rejection) => return Ok(Err(rejection)),
+        };
+        let found = self
+            .inner
+            .history
+            .store()
+            .entries_page(
+                wallet_id,
+                page.offset() as u64,
+                u64::from(page.per_page()),
+                from_ms,
+                to_ms,
+            )
+            .map_err(unavailable)?;
+        Ok(Ok(Paged {
+            records: found
+                .records
+                .iter()
+                .map(|(prev_hash, entry)| EntryView::of(holder, entry, *prev_hash))
+                .collect(),
+            total: found.total,
+        }))
+    }
+
+    /// A wallet's holds in every state, newest first.
+    pub async fn holds_page(
+        &self,
+        wallet_id: WalletId,
+        page: Page,
+    ) -> Result<Result<Paged<HoldView>, Rejection>, EngineError> {
+        let holder = match self.holder_caught_up(wallet_id).await? {
+            Ok(holder) => holder,
+            Err(rejection) => return Ok(Err(rejection)),
+        };
+        let found = self
+            .inner
+            .history
+            .store()
+            .holds_page(wallet_id, page.offset() as u64, u64::from(page.per_page()))
+            .map_err(unavailable)?;
+        Ok(Ok(Paged {
+            records: found
+                .records
+                .iter()
+                .map(|hold| HoldView::of(holder, hold))
+                .collect(),
+            total: found.total,
+        }))
+    }
+
+    /// `replay --verify`: the store holds exactly the history the shards hold (every transaction,
+    /// entry with the hash before it, and hold of every wallet, and the counts), once the
+    /// indexer has filed everything. `Ok(Err(_))` names the first difference; `Ok(Ok(n))` is the
+    /// number of records compared.
+    pub async fn verify_history(&self) -> Result<Result<u64, String>, EngineError> {
+        self.inner
+            .history
+            .caught_up(self.inner.wal.last_lsn())
+            .await?;
+        let store = self.inner.store.clone();
+        let verdicts = self
+            .read_all(move |shard| compare_shard(shard, &store))
+            .await?;
+        let mut compared = 0;
+        for verdict in verdicts {
+            match verdict {
+                Ok(count) => compared += count,
+                Err(difference) => return Ok(Err(difference)),
+            }
+        }
+        Ok(Ok(compared))
+    }
+}
+
+/// Compares one shard's in-memory history with the store, record by record.
+fn compare_shard(shard: &Shard, store: &Arc<HistoryStore>) -> Result<u64, String> {
+    let mut compared = 0u64;
+    for wallet in shard.wallets() {
+        let id = wallet.id();
+        let failed = |what: &str| format!("wallet {}: {what}", id.0);
+        let counts = store.counts(id).map_err(|e| failed(&e.to_string()))?;
+        let held = (
+            wallet.transactions().len() as u64,
+            wallet.entries().len() as u64,
+            wallet.holds().len() as u64,
+        );
+        if (counts.transactions, counts.entries, counts.holds) != held {
+            return Err(failed(&format!(
+                "the store counts {counts:?}, the shard holds {held:?} (transactions, entries, holds)"
+            )));
+        }
+        let mut memory = wallet.entries().iter();
+        let mut prev = Hash::ZERO;
+        let mut first_difference = None;
+        store
+            .for_each_entry(id, &mut |(stored_prev, stored)| {
+                let same = memory.next().is_some_and(|held| held == stored) && *stored_prev == prev;
+                if !same && first_difference.is_none() {
+                    first_difference = Some(stored.id);
+                }
+                prev = stored.hash;
+            })
+            .map_err(|e| failed(&e.to_string()))?;
+        if let Some(entry) = first_difference {
+            return Err(failed(&format!("entry {} differs from the store", entry.0)));
+        }
+        let mut memory = wallet.transactions().iter();
+        let mut differs = None;
+        store
+            .for_each_transaction(id, &mut |stored| {
+                if memory.next() != Some(stored) && differs.is_none() {
+                    differs = Some(stored.id);
+                }
+            })
+            .map_err(|e| failed(&e.to_string()))?;
+        if let Some(transaction) = differs {
+            return Err(failed(&format!(
+                "transaction {} differs from the store",
+                transaction.0
+            )));
+        }
+        let mut memory = wallet.holds().iter();
+        let mut differs = None;
+        store
+            .for_each_hold(id, &mut |stored| {
+                if memory.next() != Some(stored) && differs.is_none() {
+                    differs = Some(stored.id);
+                }
+            })
+            .map_err(|e| failed(&e.to_string()))?;
+        if let Some(hold) = differs {
+            return Err(failed(&format!("hold {} differs from the store", hold.0)));
+        }
+        compared += held.0 + held.1 + held.2;
+    }
+    Ok(compared)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::compare_shard;
+    use crate::runtime::history::filing::{file_batch, ChainHeads};
+    use crate::runtime::history::HistoryStore;
+    use crate::tests::Harness;
+
+    #[test]
+    fn verify_names_history_the_store_lacks_or_holds_differently() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(HistoryStore::open(dir.path(), 1 << 20).unwrap());
+        let mut harness = Harness::new();
+        let a = harness.create(1, "YER");
+        let b = harness.create(2, "YER");
+        harness.deposit(a, "10.00");
+        harness.deposit(b, "5.00");
+        let mut heads = ChainHeads::default();
+        file_batch(&store, &[(1, harness.log.clone())], &mut heads).unwrap();
+        let first_batch = harness.log.len();
+        let compared = compare_shard(&harness.shard, &store).unwrap();
+        assert!(compared >= 4, "compared {compared}");
+
+        // A record the shard holds and the store does not.
+        harness.deposit(b, "1.00");
+        let missing = compare_shard(&harness.shard, &store).unwrap_err();
+        assert!(missing.contains(&format!("wallet {}", b.0)), "{missing}");
+
+        // Filed, the store agrees again; a store whose copy differs is named by record.
+        let newest: Vec<_> = harness.log[first_batch..].to_vec();
+        file_batch(&store, &[(2, newest)], &mut heads).unwrap();
+        let _ = compare_shard(&harness.shard, &store).unwrap();
+        let other = dir.path().join("other");
+        let tampered = Arc::new(HistoryStore::open(&other, 1 << 20).unwrap());
+        let mut events = harness.log.clone();
+        for event in &mut events {
+            if let crate::Event::TransactionRecorded { transaction, .. } = event {
+                transaction.text.description = Some("not what happened".into());
+                break;
+            }
+        }
+        file_batch(&tampered, &[(1, events)], &mut ChainHeads::default()).unwrap();
+        let differs = compare_shard(&harness.shard, &tampered).unwrap_err();
+        assert!(differs.contains("transaction"), "{differs}");
+    }
+}

@@ -1,0 +1,293 @@
+//! History on disk: what the store shows equals what the shards hold, after a seeded mix of every
+//! ledger command (deposits, withdrawals, transfers on one shard and across two, holds placed,
+//! captured and released, refunds, reversals), after a clean reopen, and after the store is lost
+//! and refiled from the log.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
+
+use std::sync::Arc;
+
+use engine::ledger::view::{EntryView, HoldView, TransactionView};
+use engine::ledger::wallet::{OwnerType, WalletType};
+use engine::runtime::clock::SeededClock;
+use engine::runtime::history::STORE_DIR;
+use engine::runtime::{Engine, EngineConfig, Renderer};
+use engine::shard::command::{
+    CaptureHold, CreateWallet, Details, MoneyMove, PlaceHold, Refund, TransferArgs,
+};
+use engine::{Command, Currency, Outcome, Page, Paged, Rejection, Uuid, WalletId};
+use rust_decimal::Decimal;
+
+struct NoRenderer;
+
+impl Renderer for NoRenderer {
+    fn render(&self, _: u16, _: &Result<Outcome, Rejection>) -> Vec<u8> {
+        Vec::new()
+    }
+}
+
+fn open(dir: &std::path::Path, clock: Arc<SeededClock>) -> Engine {
+    let mut config = EngineConfig::new(dir);
+    config.shard_count = 2;
+    config.wal.segment_bytes = 1 << 20;
+    config.wal.record_bytes_max = 256 * 1024;
+    config.snapshot_every_records = 0;
+    Engine::open(config, clock, Arc::new(NoRenderer)).unwrap().0
+}
+
+fn yer() -> Currency {
+    Currency::from_code("YER").unwrap()
+}
+
+/// A small deterministic generator (the test's only source of choices).
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+    fn amount(&mut self) -> Decimal {
+        Decimal::new(i64::try_from(1 + self.below(5_000)).unwrap(), 2)
+    }
+}
+
+fn money(wallet_id: WalletId, amount: Decimal) -> MoneyMove {
+    MoneyMove {
+        wallet_id,
+        amount,
+        currency: None,
+        details: Details::default(),
+    }
+}
+
+/// Runs `steps` seeded commands; refusals (insufficient funds, closed holds) are part of the mix.
+async fn workload(
+    engine: &Engine,
+    clock: &SeededClock,
+    seed: u64,
+    first_owner: u64,
+    steps: usize,
+) -> Vec<WalletId> {
+    let mut rng = Rng(seed);
+    let mut wallets = Vec::new();
+    for owner in first_owner..first_owner + 8 {
+        let created = engine
+            .execute(Command::CreateWallet(CreateWallet {
+                owner_type: OwnerType::Customer,
+                owner_id: owner,
+                currency: yer(),
+                wallet_type: WalletType::Primary,
+                business_id: 1,
+                branch_id: 0,
+                meta: None,
+            }))
+            .await
+            .unwrap();
+        let Outcome::Wallet(wallet) = created else {
+            panic!("{created:?}")
+        };
+        wallets.push(wallet.id);
+    }
+    let mut debits: Vec<Uuid> = Vec::new();
+    let mut holds: Vec<Uuid> = Vec::new();
+    for _ in 0..steps {
+        clock.advance_ms(1_000);
+        let a = wallets[rng.below(8) as usize];
+        let b = wallets[rng.below(8) as usize];
+        let command = match rng.below(9) {
+            0 | 1 => Command::Deposit(money(a, rng.amount() * Decimal::from(10))),
+            2 => Command::Withdraw(money(a, rng.amount())),
+            3 | 4 if a != b => Command::Transfer(TransferArgs {
+                source_wallet_id: a,
+                target_wallet_id: b,
+                amount: rng.amount(),
+                currency: yer(),
+                details: Details::default(),
+            }),
+            5 => Command::PlaceHold(PlaceHold {
+                wallet_id: a,
+                amount: rng.amount(),
+                currency: yer(),
+                reason: Some("test".into()),
+                expiry_minutes: Some(60),
+            }),
+            6 if !holds.is_empty() => {
+                let hold_uuid = holds[rng.below(holds.len() as u64) as usize];
+                if rng.below(2) == 0 {
+                    Command::ReleaseHold { hold_uuid }
+                } else {
+                    Command::CaptureHold(CaptureHold {
+                        hold_uuid,
+                        amount: None,
+                        counter_wallet_id: None,
+                        details: Details::default(),
+                    })
+                }
+            }
+            7 if !debits.is_empty() => Command::Refund(Refund {
+                original_transaction_uuid: debits[rng.below(debits.len() as u64) as usize],
+                amount: Decimal::new(1, 2),
+                reason: None,
+                details: Details::default(),
+            }),
+            8 if !debits.is_empty() => Command::Reverse {
+                transaction_uuid: debits[rng.below(debits.len() as u64) as usize],
+                reason: "test".into(),
+            },
+            _ => Command::Deposit(money(b, rng.amount())),
+        };
+        match engine.execute(command).await {
+            Ok(Outcome::Transaction(t)) if t.direction.as_str() == "debit" => debits.push(t.uuid),
+            Ok(Outcome::Hold(hold)) => holds.push(hold.uuid),
+            Ok(_) | Err(engine::runtime::EngineError::Rejected(_)) => {}
+            Err(other) => panic!("{other}"),
+        }
+    }
+    wallets
+}
+
+type Pages = (
+    Paged<TransactionView>,
+    Paged<EntryView>,
+    Paged<EntryView>,
+    Paged<HoldView>,
+);
+
+/// Every page of one wallet as the store shows it.
+async fn from_store(engine: &Engine, wallet: WalletId, page: Page, day: (i64, i64)) -> Pages {
+    (
+        engine
+            .transactions_page(wallet, page)
+            .await
+            .unwrap()
+            .unwrap(),
+        engine
+            .ledger_page(wallet, page, None, None)
+            .await
+            .unwrap()
+            .unwrap(),
+        engine
+            .ledger_page(wallet, page, Some(day.0), Some(day.1))
+            .await
+            .unwrap()
+            .unwrap(),
+        engine.holds_page(wallet, page).await.unwrap().unwrap(),
+    )
+}
+
+/// The same pages as the shard holds them in memory.
+async fn from_shard(engine: &Engine, wallet: WalletId, page: Page, day: (i64, i64)) -> Pages {
+    engine
+        .read_wallet(wallet, move |s| {
+            (
+                s.transactions_page(wallet, page).unwrap(),
+                s.ledger_page(wallet, page, None, None).unwrap(),
+                s.ledger_page(wallet, page, Some(day.0), Some(day.1))
+                    .unwrap(),
+                s.holds_page(wallet, page).unwrap(),
+            )
+        })
+        .await
+        .unwrap()
+}
+
+/// A window over the middle of the first wallet's ledger, to exercise the date index.
+async fn middle_window(engine: &Engine, wallet: WalletId) -> (i64, i64) {
+    let all = engine
+        .read_wallet(wallet, move |s| {
+            s.ledger_page(wallet, Page::new(1, 100).unwrap(), None, None)
+                .unwrap()
+        })
+        .await
+        .unwrap();
+    let times: Vec<i64> = all.records.iter().map(|e| e.created_at_ms).collect();
+    let (low, high) = (times[times.len() * 3 / 4], times[times.len() / 4]);
+    assert!(low < high, "the clock moves between commands");
+    (low, high)
+}
+
+async fn assert_store_matches_shards(engine: &Engine, wallets: &[WalletId], moment: &str) {
+    let compared = engine.verify_history().await.unwrap();
+    assert!(
+        compared.as_ref().is_ok_and(|count| *count > 0),
+        "{moment}: {compared:?}"
+    );
+    let day = middle_window(engine, wallets[0]).await;
+    for &wallet in wallets {
+        for (number, per_page) in [(1, 100), (2, 7), (3, 5)] {
+            let page = Page::new(number, per_page).unwrap();
+            let stored = from_store(engine, wallet, page, day).await;
+            let held = from_shard(engine, wallet, page, day).await;
+            assert_eq!(
+                stored, held,
+                "{moment}: wallet {wallet:?}, page {number} of {per_page}"
+            );
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_store_shows_what_the_shards_hold_through_reopen_and_refiling() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(SeededClock::new(11, 1_700_000_000_000));
+    let engine = open(dir.path(), clock.clone());
+    let wallets = workload(&engine, &clock, 0x9E37_79B9_7F4A_7C15, 1, 600).await;
+    let entries: u64 = {
+        let w = wallets[0];
+        engine
+            .ledger_page(w, Page::new(1, 1).unwrap(), None, None)
+            .await
+            .unwrap()
+            .unwrap()
+            .total
+    };
+    assert!(entries > 10, "the workload posted to wallet 1 ({entries})");
+    // The mix reached every kind of change the store must mirror.
+    let (mut reversed, mut refunded, mut closed_holds, mut in_day) = (0, 0, 0, 0);
+    let day = middle_window(&engine, wallets[0]).await;
+    for &wallet in &wallets {
+        let (transactions, _, dated, holds) =
+            from_store(&engine, wallet, Page::new(1, 100).unwrap(), day).await;
+        reversed += transactions
+            .records
+            .iter()
+            .filter(|t| t.reversed_by_transaction_id.is_some())
+            .count();
+        refunded += transactions
+            .records
+            .iter()
+            .filter(|t| t.refunded_amount > Decimal::ZERO)
+            .count();
+        closed_holds += holds
+            .records
+            .iter()
+            .filter(|h| h.closed_at_ms.is_some())
+            .count();
+        in_day += dated.records.len();
+    }
+    assert!(
+        reversed > 0 && refunded > 0 && closed_holds > 0 && in_day > 0,
+        "reversed {reversed}, refunded {refunded}, closed holds {closed_holds}, dated {in_day}"
+    );
+    assert_store_matches_shards(&engine, &wallets, "live").await;
+    engine.shutdown().unwrap();
+
+    // A clean reopen: the store is as the indexer left it at its last checkpoint.
+    let engine = open(dir.path(), clock.clone());
+    assert_store_matches_shards(&engine, &wallets, "after reopen").await;
+    let more = workload(&engine, &clock, 77, 100, 200).await;
+    assert_store_matches_shards(&engine, &more, "after more work").await;
+    engine.shutdown().unwrap();
+
+    // The store lost entirely: refiled from the log on open.
+    std::fs::remove_dir_all(dir.path().join(STORE_DIR)).unwrap();
+    let engine = open(dir.path(), clock);
+    assert_store_matches_shards(&engine, &wallets, "after refiling").await;
+    assert_store_matches_shards(&engine, &more, "after refiling").await;
+    engine.shutdown().unwrap();
+}
