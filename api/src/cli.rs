@@ -309,7 +309,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
             .await
             .with_context(|| format!("listen on {}", args.listen))?;
         let address = listener.local_addr()?;
-        crate::views_commerce::set_public_url(
+        crate::views::set_public_url(
             args.public_url
                 .as_deref()
                 .unwrap_or(&format!("http://{address}")),

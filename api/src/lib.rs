@@ -23,7 +23,7 @@ pub mod json;
 pub mod metrics;
 pub mod qr_svg;
 pub mod ratelimit;
+pub mod request_id;
 pub mod routes;
 pub mod server;
 pub mod views;
-pub mod views_commerce;

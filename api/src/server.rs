@@ -30,6 +30,7 @@ use crate::auth::{Principal, Subject};
 use crate::error::ApiError;
 use crate::handlers::{self, Call};
 use crate::ratelimit::RateClass;
+use crate::request_id::generate_request_id;
 use crate::routes::{Matched, Op};
 use crate::views::{Rendered, REQUEST_ID_PLACEHOLDER};
 
@@ -338,14 +339,6 @@ fn request_id(request: &Request<Incoming>) -> Result<String, ApiError> {
             Ok(text.to_owned())
         }
     }
-}
-
-/// A random UUID v4 string (from the engine's per-thread generator: no syscall per request).
-pub fn generate_request_id() -> String {
-    let random = engine::runtime::clock::random_bytes();
-    let mut bytes = [0u8; 16];
-    bytes.copy_from_slice(&random[..16]);
-    engine::Uuid::from_random_bytes(bytes).to_string()
 }
 
 fn error_response(error: &ApiError, request_id: &str) -> Rendered {

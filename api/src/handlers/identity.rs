@@ -6,7 +6,7 @@ use hyper::StatusCode;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
-use super::{engine_error, ok, Call, Handled};
+use super::call::{engine_error, ok, Call, Handled};
 use crate::app::SharedApp;
 use crate::auth::token::{Claims, AUDIENCE, ISSUER};
 use crate::auth::{Principal, Subject, Tier, PLATFORM_BUSINESS_ID};
@@ -109,7 +109,7 @@ fn issue(app: &SharedApp, principal: &Principal) -> String {
             .collect(),
         iat: now,
         exp: now + app.token_ttl_secs,
-        jti: crate::server::generate_request_id(),
+        jti: crate::request_id::generate_request_id(),
         iss: ISSUER.into(),
         aud: AUDIENCE.into(),
     };

@@ -10,31 +10,19 @@ use engine::command::{CreatePaymentLink, CreateQr, CreateWallet};
 use engine::runtime::owner_shard;
 use engine::view::WalletView;
 use engine::wallet::{OwnerType, WalletType};
-use engine::{Command, Currency, WalletId};
+use engine::{Command, Currency};
 use hyper::StatusCode;
 use rust_decimal::Decimal;
 use serde::{Deserialize, Serialize};
 
+use super::call::{currency_field, engine_error, merchant_wallet, ok, run, Call, Handled};
 use super::payouts::create_settlement_for;
-use super::{engine_error, ok, run, Call, Handled};
 use crate::app::SharedApp;
 use crate::auth::{Scope, Subject};
 use crate::error::ApiError;
 use crate::json::{deserialize_decimal, deserialize_optional_decimal, Number};
+use crate::views::meta_list;
 use crate::views::{self, envelope};
-use crate::views_commerce::meta_list;
-
-/// A currency code of a request field (422 naming the field when unknown).
-pub fn currency_field(field: &str, code: &str) -> Result<Currency, ApiError> {
-    Currency::from_code(code).map_err(|_| {
-        let mut error = ApiError::unprocessable(
-            "unknown_currency",
-            format!("{field}: {code:?} is not an ISO 4217 currency we support"),
-        );
-        error.add_field(field, "unknown currency");
-        error
-    })
-}
 
 /// The `{merchantId}` path parameter.
 fn merchant_param(call: &Call) -> Result<u64, ApiError> {
@@ -68,34 +56,6 @@ pub async fn authorized_merchant(
         return Err(ApiError::not_found("merchant"));
     }
     principal.require(call.op.route().tier, Scope::business(merchant_id))
-}
-
-/// The merchant's wallet for a request: `wallet_id` when given (it must be the merchant's), else
-/// its primary wallet in `currency`.
-pub async fn merchant_wallet(
-    app: &SharedApp,
-    merchant_id: u64,
-    wallet_id: Option<u64>,
-    currency: Currency,
-) -> Result<WalletId, ApiError> {
-    let shard = owner_shard(merchant_id, app.engine.shard_count());
-    let found = app
-        .engine
-        .peek_shard(shard, move |s| match wallet_id {
-            Some(id) => s
-                .wallet(WalletId(id))
-                .filter(|w| w.owner_type() == OwnerType::Merchant && w.owner_id() == merchant_id)
-                .map(|w| w.id()),
-            None => s.wallet_of_owner(
-                OwnerType::Merchant,
-                merchant_id,
-                currency,
-                WalletType::Primary,
-            ),
-        })
-        .await
-        .map_err(engine_error)?;
-    found.ok_or_else(|| ApiError::not_found("merchant wallet"))
 }
 
 #[derive(Deserialize)]
@@ -277,6 +237,6 @@ pub async fn get_payment_link(app: &SharedApp, call: &Call) -> Handled {
         .map_err(|_| ApiError::not_found("payment link"))?;
     ok(
         StatusCode::OK,
-        &envelope(crate::views_commerce::payment_link(&view), None),
+        &envelope(crate::views::payment_link(&view), None),
     )
 }

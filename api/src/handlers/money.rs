@@ -6,8 +6,8 @@ use engine::{Command, Currency, Uuid};
 use rust_decimal::Decimal;
 use serde::Deserialize;
 
+use super::call::{authorized_wallet, engine_error, run, Call, Handled};
 use super::wallets::wallet_field;
-use super::{authorized_wallet, engine_error, run, Call, Handled};
 use crate::app::SharedApp;
 use crate::auth::Scope;
 use crate::error::ApiError;

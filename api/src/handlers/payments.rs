@@ -13,18 +13,18 @@ use hyper::StatusCode;
 use rust_decimal::Decimal;
 use serde::Deserialize;
 
-use super::merchants::{currency_field, merchant_wallet};
+use super::call::{currency_field, merchant_wallet};
+use super::call::{engine_error, fingerprint, Call, Handled};
 use super::wallets::wallet_field;
-use super::{engine_error, fingerprint, Call, Handled};
 use crate::app::SharedApp;
 use crate::auth::{Scope, Subject, Tier};
 use crate::error::ApiError;
 use crate::json::{deserialize_decimal, deserialize_optional_decimal};
 use crate::routes::Op;
-use crate::views::{render_outcome, Rendered};
-use crate::views_commerce::{
+use crate::views::{
     mark_duplicate, payment_answer, payment_refusal, refusal_from_error, with_payment_uuid,
 };
+use crate::views::{render_outcome, Rendered};
 
 /// Runs a payment command: the payment envelope for success and refusal alike.
 async fn run_payment(
@@ -119,7 +119,7 @@ pub async fn initiate(app: &SharedApp, call: &Call) -> Handled {
 async fn initiate_payment(app: &SharedApp, call: &Call) -> Handled {
     let body: InitiateBody = call.json()?;
     let payer = wallet_field(body.wallet_id, "wallet_id")?;
-    super::authorized_wallet(app, call, payer).await?;
+    super::call::authorized_wallet(app, call, payer).await?;
     let currency = currency_field("currency_code", &body.currency_code)?;
     let provider = match body.provider.as_deref() {
         None | Some("wallet") => PaymentProvider::Wallet,

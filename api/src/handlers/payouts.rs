@@ -16,16 +16,16 @@ use hyper::StatusCode;
 use rust_decimal::Decimal;
 use serde::Deserialize;
 
-use super::merchants::{currency_field, merchant_wallet};
+use super::call::{authorized_wallet, engine_error, ok, run_keyed, Call, Handled};
+use super::call::{currency_field, merchant_wallet};
 use super::wallets::wallet_field;
-use super::{authorized_wallet, engine_error, ok, run_keyed, Call, Handled};
 use crate::app::SharedApp;
 use crate::auth::{Scope, Subject};
 use crate::error::ApiError;
 use crate::json::deserialize_decimal;
 use crate::routes::Op;
 use crate::views::{envelope, page, parse_date};
-use crate::views_commerce::{payout, settlement};
+use crate::views::{payout, settlement};
 
 /// The employee making the request (payouts and settlements record who did what).
 fn employee_id(call: &Call) -> Result<u64, ApiError> {

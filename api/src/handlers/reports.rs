@@ -8,8 +8,8 @@ use engine::Currency;
 use hyper::StatusCode;
 use serde::Serialize;
 
-use super::merchants::currency_field;
-use super::{engine_error, ok, Call, Handled};
+use super::call::currency_field;
+use super::call::{engine_error, ok, Call, Handled};
 use crate::app::SharedApp;
 use crate::auth::Subject;
 use crate::error::ApiError;

@@ -5,7 +5,7 @@ use std::sync::atomic::Ordering;
 use hyper::StatusCode;
 use serde_json::json;
 
-use super::{ok, Handled};
+use super::call::{ok, Handled};
 use crate::app::SharedApp;
 use crate::error::ApiError;
 use crate::views::{timestamp, Rendered};

@@ -8,7 +8,7 @@ use engine::{Command, Currency, Outcome, WalletId};
 use hyper::StatusCode;
 use serde::Deserialize;
 
-use super::{authorized_wallet, engine_error, not_found_as, ok, run, Call, Handled};
+use super::call::{authorized_wallet, engine_error, not_found_as, ok, run, Call, Handled};
 use crate::app::SharedApp;
 use crate::auth::{Subject, PLATFORM_BUSINESS_ID};
 use crate::error::ApiError;

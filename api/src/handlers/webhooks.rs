@@ -17,12 +17,12 @@ use rust_decimal::Decimal;
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
-use super::{engine_error, Call, Handled};
+use super::call::{engine_error, Call, Handled};
 use crate::app::SharedApp;
 use crate::error::ApiError;
 use crate::json::deserialize_optional_decimal;
 use crate::views::Rendered;
-use crate::views_commerce::{mark_webhook_duplicate, with_event};
+use crate::views::{mark_webhook_duplicate, with_event};
 
 /// Providers whose events we accept.
 pub const PROVIDERS: &[&str] = &["sandbox"];
