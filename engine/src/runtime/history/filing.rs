@@ -25,15 +25,21 @@ use crate::shard::event::Event;
 /// starts over (a miss costs one seek to the wallet's newest entry).
 const CHAIN_HEADS_MAX: usize = 1 << 16;
 
-/// The indexer's memory between batches: each recently written wallet's newest entry hash, so
-/// filing an entry needs no read to find the hash before it.
+/// The indexer's memory between batches, so that filing needs no reads on the hot path: each
+/// recently written wallet's newest entry hash (the hash before its next entry), and each
+/// wallet's record counts as the store holds them.
 #[derive(Default)]
-pub(crate) struct ChainHeads(HashMap<u64, Hash>);
+pub(crate) struct ChainHeads {
+    heads: HashMap<u64, Hash>,
+    /// Grows with wallets, not with history (a wallet costs ~60 bytes here).
+    counts: HashMap<u64, (u64, u64, u64)>,
+}
 
 impl ChainHeads {
     /// Forgets everything (after a batch that did not commit).
     pub(crate) fn clear(&mut self) {
-        self.0.clear();
+        self.heads.clear();
+        self.counts.clear();
     }
 }
 
@@ -63,17 +69,20 @@ pub(crate) fn file_batch(
             mut writes, counts, ..
         } = batch;
         for (wallet, added) in counts {
-            let now = counts_in(open, wallet)?;
+            let now = match heads.counts.get(&wallet) {
+                Some(known) => *known,
+                None => {
+                    let stored = counts_in(open, wallet)?;
+                    (stored.transactions, stored.entries, stored.holds)
+                }
+            };
+            let next = (now.0 + added.0, now.1 + added.1, now.2 + added.2);
             writes.insert(
                 &open.counts,
                 wallet.to_be_bytes(),
-                key3(
-                    now.transactions + added.0,
-                    now.entries + added.1,
-                    now.holds + added.2,
-                )
-                .to_vec(),
+                key3(next.0, next.1, next.2).to_vec(),
             );
+            heads.counts.insert(wallet, next);
         }
         writes.insert(&open.meta, INDEXED_LSN, last_lsn.to_be_bytes().to_vec());
         writes.commit()?;
@@ -82,8 +91,8 @@ pub(crate) fn file_batch(
     if result.is_err() {
         heads.clear();
     }
-    if heads.0.len() > CHAIN_HEADS_MAX {
-        heads.clear();
+    if heads.heads.len() > CHAIN_HEADS_MAX {
+        heads.heads.clear();
     }
     result
 }
@@ -99,8 +108,9 @@ enum Kind {
 struct Batch<'a> {
     open: &'a Open,
     writes: fjall::OwnedWriteBatch,
-    /// Values written earlier in this batch, read before the keyspaces.
-    overlay: HashMap<(Kind, [u8; 16]), Vec<u8>>,
+    /// Values written earlier in this batch, read before the keyspaces (shared with the batch,
+    /// not copied).
+    overlay: HashMap<(Kind, [u8; 16]), fjall::Slice>,
     /// Records added per wallet in this batch: (transactions, entries, holds).
     counts: HashMap<u64, (u64, u64, u64)>,
 }
@@ -124,7 +134,7 @@ impl Batch<'_> {
         key: [u8; 16],
         value: &T,
     ) -> Result<(), StoreError> {
-        let bytes = encode(value)?;
+        let bytes = fjall::Slice::from(encode(value)?);
         let keyspace = self.keyspace(kind).clone();
         self.writes.insert(&keyspace, key, bytes.clone());
         self.overlay.insert((kind, key), bytes);
@@ -165,7 +175,7 @@ impl Batch<'_> {
             }
             Event::EntryPosted { wallet_id, entry } => {
                 let w = wallet_id.0;
-                let prev = match heads.0.get(&w) {
+                let prev = match heads.heads.get(&w) {
                     Some(hash) => *hash,
                     None => self.newest_hash(w)?,
                 };
@@ -176,7 +186,7 @@ impl Batch<'_> {
                     key3(w, time_key(entry.created_at_ms), entry.id.0),
                     Vec::new(),
                 );
-                heads.0.insert(w, entry.hash);
+                heads.heads.insert(w, entry.hash);
                 self.counts.entry(w).or_default().1 += 1;
             }
             Event::EntryReversed {

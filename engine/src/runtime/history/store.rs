@@ -199,6 +199,11 @@ impl HistoryStore {
             .cache_size(cache_bytes as u64)
             // Bounds what a reopen replays of the store's own journal (64 MiB is its minimum).
             .max_journaling_size(64 << 20)
+            // One background worker: with two, fjall 3.1's worker 0 hands every compaction
+            // request back to the queue while worker 1 is busy, and the two spin on it (a
+            // quarter of walletd's CPU under a transfer load, by perf). On 2 cores one
+            // worker flushes and compacts in time.
+            .worker_threads(1)
             .open()?;
         // Memtables bound the store's share of RSS: 16 MiB for the four large keyspaces, 8 MiB
         // for the rest, instead of 64 MiB each.
