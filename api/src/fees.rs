@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 
-use engine::fee::FeeRule;
+use engine::values::fee::FeeRule;
 use engine::Currency;
 use rust_decimal::Decimal;
 

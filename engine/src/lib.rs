@@ -80,13 +80,5 @@ pub use values::ids::{
     TransactionId, Uuid, WalletId,
 };
 
-// Transitional: the old flat paths, until the api, tests and benches crates use the new ones.
-pub use commerce::{payment, payout, view as commerce_view};
-pub use identity::directory;
-pub use ledger::{chunked, hold, transfer, view, wallet};
-pub use shard::commerce::{query as query_commerce, report};
-pub use shard::{command, event};
-pub use values::{currency, emvco, error, fee, ids, money};
-
 #[cfg(test)]
 mod tests;

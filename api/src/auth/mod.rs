@@ -15,9 +15,9 @@
 pub mod password;
 pub mod token;
 
-use engine::directory::Role;
-use engine::view::WalletView;
-use engine::wallet::OwnerType;
+use engine::identity::directory::Role;
+use engine::ledger::view::WalletView;
+use engine::ledger::wallet::OwnerType;
 
 use crate::error::ApiError;
 

@@ -5,9 +5,9 @@
 use std::net::SocketAddr;
 
 use bytes::Bytes;
-use engine::runtime::{EngineError, IdempotencyKey, WalletScope};
+use engine::ledger::wallet::{OwnerType, WalletType};
 use engine::runtime::owner_shard;
-use engine::wallet::{OwnerType, WalletType};
+use engine::runtime::{EngineError, IdempotencyKey, WalletScope};
 use engine::{Command, Currency, Rejection, Uuid, WalletId};
 use hyper::{HeaderMap, StatusCode};
 use serde::de::DeserializeOwned;
@@ -280,7 +280,7 @@ pub async fn authorized_wallet(
         .map_err(engine_error)?
         .ok_or_else(|| ApiError::not_found("wallet"))?;
     // The ledger's own accounts (float, fees, clearing, in-transit) are not client wallets.
-    if wallet.owner_type == engine::wallet::OwnerType::System {
+    if wallet.owner_type == engine::ledger::wallet::OwnerType::System {
         return Err(ApiError::not_found("wallet"));
     }
     principal.require(call.op.route().tier, Scope::of_wallet_scope(&wallet))?;

@@ -1,6 +1,6 @@
 //! Registration, login, tokens, and the platform admin's identity routes (decisions.md §2).
 
-use engine::directory::{Customer, DirectoryCommand, DirectoryEvent, Employee, Role};
+use engine::identity::directory::{Customer, DirectoryCommand, DirectoryEvent, Employee, Role};
 use engine::Currency;
 use hyper::StatusCode;
 use serde::{Deserialize, Serialize};
@@ -244,17 +244,17 @@ pub async fn login_customer(app: &SharedApp, call: &Call) -> Handled {
 async fn primary_wallet(
     app: &SharedApp,
     customer_id: u64,
-) -> Result<Option<engine::view::WalletView>, ApiError> {
+) -> Result<Option<engine::ledger::view::WalletView>, ApiError> {
     let currency = Currency::from_code(engine::runtime::recovery::PRIMARY_CURRENCY)
         .map_err(|_| ApiError::internal())?;
     let shard = engine::runtime::owner_shard(customer_id, app.engine.shard_count());
     app.engine
         .read_shard(shard, move |s| {
             let id = s.wallet_of_owner(
-                engine::wallet::OwnerType::Customer,
+                engine::ledger::wallet::OwnerType::Customer,
                 customer_id,
                 currency,
-                engine::wallet::WalletType::Primary,
+                engine::ledger::wallet::WalletType::Primary,
             )?;
             s.wallet_view(id).ok()
         })

@@ -6,10 +6,10 @@
 
 use std::collections::BTreeMap;
 
-use engine::command::{CreatePaymentLink, CreateQr, CreateWallet};
+use engine::ledger::view::WalletView;
+use engine::ledger::wallet::{OwnerType, WalletType};
 use engine::runtime::owner_shard;
-use engine::view::WalletView;
-use engine::wallet::{OwnerType, WalletType};
+use engine::shard::command::{CreatePaymentLink, CreateQr, CreateWallet};
 use engine::{Command, Currency};
 use hyper::StatusCode;
 use rust_decimal::Decimal;

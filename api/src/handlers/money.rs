@@ -1,7 +1,7 @@
 //! Routes that move money: deposit, withdraw, transfer, refund, reversal, holds.
 
-use engine::command::{CaptureHold, Details, MoneyMove, PlaceHold, Refund, TransferArgs};
 use engine::runtime::WalletScope;
+use engine::shard::command::{CaptureHold, Details, MoneyMove, PlaceHold, Refund, TransferArgs};
 use engine::{Command, Currency, Uuid};
 use rust_decimal::Decimal;
 use serde::Deserialize;

@@ -5,9 +5,9 @@
 //! body, since there is no payment to describe. A retry under the same Idempotency-Key answers the
 //! first answer with `is_duplicate: true`.
 
-use engine::command::{InitiatePayment, RefundPayment};
-use engine::payment::PaymentProvider;
+use engine::commerce::payment::PaymentProvider;
 use engine::runtime::{owner_shard, EngineError, IdempotencyKey, WalletScope};
+use engine::shard::command::{InitiatePayment, RefundPayment};
 use engine::{Command, Uuid, WalletId};
 use hyper::StatusCode;
 use rust_decimal::Decimal;

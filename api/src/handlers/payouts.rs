@@ -5,12 +5,12 @@
 //! (`shard_of(id)`), so a transition is one message to one shard. Lists merge the pages of every
 //! shard (or of one, when filtered by wallet).
 
-use engine::command::{CreatePayout, CreateSettlement};
-use engine::commerce_view::{PayoutView, SettlementView};
-use engine::ids::{shard_of, PayoutId, SettlementId};
-use engine::payout::{PayoutStatus, PeriodType, SettlementStatus};
-use engine::query_commerce::{PayoutFilter, SettlementFilter};
+use engine::commerce::payout::{PayoutStatus, PeriodType, SettlementStatus};
+use engine::commerce::view::{PayoutView, SettlementView};
 use engine::runtime::WalletScope;
+use engine::shard::command::{CreatePayout, CreateSettlement};
+use engine::shard::commerce::query::{PayoutFilter, SettlementFilter};
+use engine::values::ids::{shard_of, PayoutId, SettlementId};
 use engine::{Command, Page, Paged, WalletId};
 use hyper::StatusCode;
 use rust_decimal::Decimal;

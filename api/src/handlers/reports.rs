@@ -1,7 +1,7 @@
 //! Reports (decisions.md §4, docs/commerce-api.md "Reports"): each shard tallies its records, the
 //! engine's `merge_*` functions sum the shards, and the rows are rendered in key order.
 
-use engine::report::{
+use engine::shard::commerce::report::{
     merge_balance_rows, merge_fee_rows, merge_status_rows, merge_transaction_rows, ReportRange,
 };
 use engine::Currency;

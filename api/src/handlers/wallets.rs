@@ -1,9 +1,9 @@
 //! Wallet routes: create, list, read, balance, freeze, transactions, ledger, statement,
 //! integrity, holds.
 
-use engine::command::CreateWallet;
-use engine::view::WalletView;
-use engine::wallet::{OwnerType, WalletType};
+use engine::ledger::view::WalletView;
+use engine::ledger::wallet::{OwnerType, WalletType};
+use engine::shard::command::CreateWallet;
 use engine::{Command, Currency, Outcome, WalletId};
 use hyper::StatusCode;
 use serde::Deserialize;

@@ -8,9 +8,9 @@
 //! (caller `webhook:{provider}`), so a repeat has no second effect and gets the first answer,
 //! restarts included.
 
-use engine::command::{PaymentProviderResult, PayoutProviderResult};
-use engine::ids::{shard_of, PayoutId};
 use engine::runtime::IdempotencyKey;
+use engine::shard::command::{PaymentProviderResult, PayoutProviderResult};
+use engine::values::ids::{shard_of, PayoutId};
 use engine::{Command, Currency, Uuid};
 use hmac::{Hmac, Mac};
 use rust_decimal::Decimal;

@@ -1,7 +1,7 @@
 //! Formatting of values every view shares: exact amounts at their currency's scale, ISO 8601
 //! UTC timestamps and dates, client JSON passed through.
 
-use engine::money::to_currency_scale;
+use engine::values::money::to_currency_scale;
 use engine::Currency;
 use rust_decimal::Decimal;
 use serde_json::{Map, Value};

@@ -1,7 +1,7 @@
 //! Wallets, balances, transactions, ledger entries, holds, integrity reports and reversals
 //! (contract 2.2–2.5).
 
-use engine::view::{
+use engine::ledger::view::{
     BalanceView, EntryView, HoldView, IntegrityReport, TransactionView, WalletView,
 };
 use engine::Currency;

@@ -10,8 +10,8 @@ use super::envelope::Rendered;
 use super::fields::{amount, raw_json, splice_first, timestamp};
 use crate::error::ApiError;
 use crate::json::Number;
-use engine::commerce_view::{PaymentLinkView, PaymentView, QrView};
-use engine::payment::PaymentStatus;
+use engine::commerce::payment::PaymentStatus;
+use engine::commerce::view::{PaymentLinkView, PaymentView, QrView};
 use serde_json::value::RawValue;
 
 fn empty_object() -> Box<RawValue> {

@@ -5,8 +5,8 @@ use serde::Serialize;
 
 use super::fields::{amount, date, raw_json, timestamp};
 use crate::json::Number;
-use engine::commerce_view::{PayoutAttemptView, PayoutView, SettlementView};
-use engine::payout::{SettlementItem, Stamp};
+use engine::commerce::payout::{SettlementItem, Stamp};
+use engine::commerce::view::{PayoutAttemptView, PayoutView, SettlementView};
 use serde_json::value::RawValue;
 
 /// `{id, status, submitted_at, ...}` of `Payout.attempts`.
