@@ -1,0 +1,178 @@
+#!/usr/bin/env bash
+# A soak: a fresh walletd under a mixed keyed load for minutes, with its RSS and request rate
+# sampled every second, then a timed restart. Judges the run against issue 14's targets.
+#
+#   scripts/soak.sh [--duration S] [--connections N] [--wallets N] [--mix MIX]
+#                   [--rss-limit-mib MIB] [--out DIR] [--no-build]
+#
+# walletd runs on a fresh data dir on a real filesystem (fsync always, rate limits off, fee
+# schedule YER:2.5+1) on a free loopback port; walletd-load drives it with transfers, deposits,
+# holds and payments, every write under an Idempotency-Key, at 64 connections over 1,000
+# customers for --duration (600) seconds, and audits every wallet at the end.
+#
+# Every second the script appends to DIR/soak.csv: seconds since the load started, walletd's
+# RSS (VmRSS of /proc/PID/status, KiB), requests answered in that second (the difference of
+# walletd's own walletd_http_requests_total counters on /metrics, the metrics scrape itself
+# excluded), and the data dir's size (KiB). A guard stops the load and walletd when RSS passes
+# --rss-limit-mib (8192): an unbounded history would otherwise take the machine down.
+#
+# Afterwards walletd is stopped with SIGTERM (it must exit 0), restarted on the same data dir,
+# and the time until GET /v1/health answers 200 is the restart time. DIR/soak.svg plots RSS and
+# req/s over time (scripts/plot-soak.py). The last line is the summary; the script exits 1 when
+# a target is missed: RSS at the end <= 768 MiB and within 10 % of RSS at minute 5 (at the
+# midpoint for runs under 10 minutes), req/s in the last minute >= 0.9 x the first minute, the
+# audit passes, restart <= 2 s. Everything it starts is stopped on exit.
+set -euo pipefail
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$ROOT"
+
+DURATION=600
+CONNECTIONS=64
+WALLETS=1000
+MIX="transfer=40,deposit=25,hold=15,payment=20"
+RSS_LIMIT_MIB=8192
+OUT=""
+BUILD=1
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --duration) DURATION="$2"; shift 2 ;;
+        --connections) CONNECTIONS="$2"; shift 2 ;;
+        --wallets) WALLETS="$2"; shift 2 ;;
+        --mix) MIX="$2"; shift 2 ;;
+        --rss-limit-mib) RSS_LIMIT_MIB="$2"; shift 2 ;;
+        --out) OUT="$2"; shift 2 ;;
+        --no-build) BUILD=0; shift ;;
+        -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
+        *) echo "soak: unknown argument $1 (see --help)" >&2; exit 2 ;;
+    esac
+done
+OUT="${OUT:-$ROOT/target/soak/$(date -u +%Y%m%d-%H%M%S)}"
+mkdir -p "$OUT"
+: > "$OUT/commands.txt"
+# shellcheck source=scripts/lib.sh
+source "$ROOT/scripts/lib.sh"
+
+WALLETD="$ROOT/target/release/walletd"
+LOAD="$ROOT/target/release/walletd-load"
+[ "$BUILD" = 1 ] && build_release
+DATA="$(mktemp -d "$(scratch_dir soak)/walletd-soak.XXXXXX")"
+export WALLETD_ADMIN_PASSWORD="soak-$(od -An -N8 -tx1 /dev/urandom | tr -d ' \n')"
+WALLETD_PID=""
+LOAD_PID=""
+cleanup() {
+    stop_pid "$LOAD_PID" 20
+    stop_pid "$WALLETD_PID" 100
+}
+trap cleanup EXIT
+
+start_walletd() {
+    local log="$1"
+    say "+ WALLETD_DATA_DIR=$DATA WALLETD_RATE_LIMITS=off WALLETD_FEE_SCHEDULE=YER:2.5+1 WALLETD_LOG=warn $WALLETD serve --listen 127.0.0.1:0 &"
+    WALLETD_DATA_DIR="$DATA" WALLETD_RATE_LIMITS=off WALLETD_FEE_SCHEDULE='YER:2.5+1' \
+        WALLETD_LOG=warn "$WALLETD" serve --listen 127.0.0.1:0 >"$log" 2>&1 &
+    WALLETD_PID=$!
+}
+
+# Sum of walletd's request counters, the metrics route itself left out.
+# An unanswered scrape (a busy or stopped server) counts as the previous total, never fails.
+requests_total() {
+    { curl -sf --max-time 2 "$1/metrics" 2>/dev/null || true; } \
+        | awk '/^walletd_http_requests_total/ && !/getMetrics/ {n += $NF} END {printf "%d\n", n}'
+}
+
+rss_kib() { awk '/^VmRSS:/ {print $2}' "/proc/$1/status" 2>/dev/null || echo 0; }
+
+start_walletd "$OUT/walletd.log"
+ADDRESS="$(wait_address "$OUT/walletd.log" "$WALLETD_PID")"
+say "# walletd pid $WALLETD_PID at $ADDRESS, data $DATA"
+say "+ $LOAD --url $ADDRESS --mix $MIX --idempotency --connections $CONNECTIONS --wallets $WALLETS --fund 1000000.00 --duration $DURATION --warmup 0 --json > $OUT/load.json &"
+"$LOAD" --url "$ADDRESS" --mix "$MIX" --idempotency --connections "$CONNECTIONS" \
+    --wallets "$WALLETS" --fund 1000000.00 --duration "$DURATION" --warmup 0 --json \
+    >"$OUT/load.json" 2>"$OUT/load.log" &
+LOAD_PID=$!
+
+echo "t_s,rss_kib,rps,data_kib" > "$OUT/soak.csv"
+# The load generator registers and funds its customers first: the clock starts with the load.
+for _ in $(seq 6000); do
+    grep -q 'load: started' "$OUT/load.log" 2>/dev/null && break
+    kill -0 "$LOAD_PID" 2>/dev/null || break
+    sleep 0.1
+done
+GUARD=""
+previous="$(requests_total "$ADDRESS")"
+started=$(date +%s.%N)
+t=0
+while kill -0 "$LOAD_PID" 2>/dev/null && [ "$t" -lt $((DURATION + 30)) ]; do
+    sleep 1
+    t=$((t + 1))
+    now="$(requests_total "$ADDRESS")"
+    [ "${now:-0}" -gt 0 ] || now="$previous"
+    rss="$(rss_kib "$WALLETD_PID")"
+    data_kib="$(du -sk "$DATA" 2>/dev/null | cut -f1)"
+    echo "$t,$rss,$(( ${now:-0} - ${previous:-0} )),${data_kib:-0}" >> "$OUT/soak.csv"
+    previous="${now:-$previous}"
+    if [ "${rss:-0}" -gt $((RSS_LIMIT_MIB * 1024)) ]; then
+        GUARD="RSS passed ${RSS_LIMIT_MIB} MiB at ${t} s: load and walletd stopped"
+        say "# GUARD: $GUARD"
+        stop_pid "$LOAD_PID" 20
+        break
+    fi
+done
+wait "$LOAD_PID" 2>/dev/null && LOAD_RC=0 || LOAD_RC=$?
+LOAD_PID=""
+elapsed=$(echo "$(date +%s.%N) - $started" | bc)
+
+# Stop (must exit 0), then restart on the same data dir and time until health answers.
+kill -TERM "$WALLETD_PID"
+STOP_RC=0
+wait "$WALLETD_PID" || STOP_RC=$?
+WALLETD_PID=""
+restart_started=$(date +%s.%N)
+start_walletd "$OUT/walletd-restart.log"
+RESTART_ADDRESS="$(wait_address "$OUT/walletd-restart.log" "$WALLETD_PID" 1200)"
+for _ in $(seq 1200); do
+    curl -sf --max-time 1 "$RESTART_ADDRESS/v1/health" >/dev/null 2>&1 && break
+    sleep 0.05
+done
+RESTART_S=$(echo "$(date +%s.%N) - $restart_started" | bc)
+stop_pid "$WALLETD_PID" 300
+WALLETD_PID=""
+
+python3 "$ROOT/scripts/plot-soak.py" "$OUT/soak.csv" "$OUT/soak.svg" \
+    --title "walletd soak: $MIX, $CONNECTIONS connections, $WALLETS wallets, $(date -u +%Y-%m-%d)"
+AUDIT="$(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); a=d.get("audit") or {}; print("OK" if a.get("ok") else "FAILED")' "$OUT/load.json" 2>/dev/null || echo unknown)"
+python3 - "$OUT/soak.csv" "$RESTART_S" "$LOAD_RC" "$STOP_RC" "$AUDIT" "$GUARD" "$elapsed" <<'PY'
+import csv, sys
+path, restart, load_rc, stop_rc, audit, guard, elapsed = sys.argv[1:8]
+rows = [r for r in csv.DictReader(open(path))]
+if not rows:
+    print("soak: FAIL: no samples"); sys.exit(1)
+t = [int(r["t_s"]) for r in rows]; rss = [int(r["rss_kib"]) / 1024 for r in rows]
+rps = [int(r["rps"]) for r in rows]
+end = t[-1]
+mid = 300 if end >= 600 else end // 2
+at = lambda s: rss[min(range(len(t)), key=lambda i: abs(t[i] - s))]
+first = [v for s, v in zip(t, rps) if s <= 60] or rps[:1]
+last = [v for s, v in zip(t, rps) if s > end - 60] or rps[-1:]
+first_rps, last_rps = sum(first) / len(first), sum(last) / len(last)
+ratio_rps = last_rps / first_rps if first_rps else 0.0
+rss_end, rss_mid = rss[-1], at(mid)
+checks = {
+    "rss_end<=768MiB": rss_end <= 768,
+    "rss_end_within_10pct_of_rss_at_{}s".format(mid): rss_mid > 0 and abs(rss_end - rss_mid) <= 0.1 * rss_mid,
+    "last_minute_rps>=0.9*first": ratio_rps >= 0.9,
+    "audit_ok": load_rc == "0",
+    "restart<=2s": float(restart) <= 2.0,
+    "clean_stop": stop_rc == "0",
+    "no_guard": guard == "",
+}
+verdict = "PASS" if all(checks.values()) else "FAIL"
+print("soak: %s: %d s (%.0f s wall), %d requests; req/s first minute %.0f, last minute %.0f (x%.2f); "
+      "RSS at %d s %.0f MiB, at the end %.0f MiB (x%.2f), max %.0f MiB; restart %.2f s; audit %s (exit %s); "
+      "walletd stop exit %s%s; missed: %s" % (
+          verdict, end, float(elapsed), sum(rps), first_rps, last_rps, ratio_rps, mid, rss_mid,
+          rss_end, rss_end / rss_mid if rss_mid else 0, max(rss), float(restart), audit, load_rc,
+          stop_rc, ("; " + guard) if guard else "",
+          ", ".join(k for k, ok in checks.items() if not ok) or "nothing"))
+sys.exit(0 if verdict == "PASS" else 1)
+PY
