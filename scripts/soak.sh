@@ -56,7 +56,8 @@ WALLETD="$ROOT/target/release/walletd"
 LOAD="$ROOT/target/release/walletd-load"
 [ "$BUILD" = 1 ] && build_release
 DATA="$(mktemp -d "$(scratch_dir soak)/walletd-soak.XXXXXX")"
-export WALLETD_ADMIN_PASSWORD="soak-$(od -An -N8 -tx1 /dev/urandom | tr -d ' \n')"
+WALLETD_ADMIN_PASSWORD="soak-$(od -An -N8 -tx1 /dev/urandom | tr -d ' \n')"
+export WALLETD_ADMIN_PASSWORD
 WALLETD_PID=""
 LOAD_PID=""
 cleanup() {
