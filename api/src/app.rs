@@ -6,6 +6,7 @@ use std::time::Instant;
 use dashmap::DashMap;
 use engine::runtime::Engine;
 
+use crate::auth::lockout::FailedLogins;
 use crate::auth::password::Hasher;
 use crate::auth::token::TokenKey;
 use crate::auth::{Principal, Subject};
@@ -40,6 +41,15 @@ pub struct App {
     pub fees: FeeSchedule,
     /// HMAC key of provider webhooks (`--webhook-secret`).
     pub webhook_secret: Vec<u8>,
+    /// Recent failed logins per account (decisions.md §2).
+    pub failed_logins: FailedLogins,
+    /// Connections one client address may hold open at once (`--connections-per-address`).
+    pub connections_per_address: usize,
+    /// Longest wait for a request body once its headers are in (`--body-read-timeout-ms`): 408.
+    pub body_read_timeout: std::time::Duration,
+    /// Longest a handler may take before the client is answered 503 (`--handler-timeout-ms`);
+    /// the handler itself runs on to its end (a command is never cut in half).
+    pub handler_timeout: std::time::Duration,
 }
 
 pub type SharedApp = Arc<App>;
@@ -66,6 +76,10 @@ impl App {
             ready: std::sync::atomic::AtomicBool::new(true),
             fees: FeeSchedule::default(),
             webhook_secret: Vec::new(),
+            failed_logins: FailedLogins::new(),
+            connections_per_address: crate::server::CONNECTIONS_PER_ADDRESS_MAX,
+            body_read_timeout: crate::server::BODY_READ_TIMEOUT,
+            handler_timeout: crate::server::HANDLER_TIMEOUT,
         })
     }
 

@@ -28,6 +28,8 @@ pub struct Cli {
     pub command: Option<Command>,
 }
 
+// Parsed once at start; boxing the large variant would buy nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Serve the HTTP API (the default).
@@ -146,10 +148,23 @@ pub struct ServeArgs {
     /// Take a snapshot after this many WAL records (0: never automatically).
     #[arg(long, env = "WALLETD_SNAPSHOT_EVERY", default_value_t = 1_000_000)]
     pub snapshot_every: u64,
+    /// Connections one client address may hold open at once; beyond it new ones are answered
+    /// 429 and closed (the global cap is 4096).
+    #[arg(long, env = "WALLETD_CONNECTIONS_PER_ADDRESS", default_value_t = crate::server::CONNECTIONS_PER_ADDRESS_MAX)]
+    pub connections_per_address: usize,
+    /// Longest wait in milliseconds for a request body once its headers are in: then 408.
+    #[arg(long, env = "WALLETD_BODY_READ_TIMEOUT_MS", default_value_t = 30_000)]
+    pub body_read_timeout_ms: u64,
+    /// Longest a handler may take in milliseconds before its client is answered 503 `timeout`
+    /// (the handler itself runs to its end).
+    #[arg(long, env = "WALLETD_HANDLER_TIMEOUT_MS", default_value_t = 30_000)]
+    pub handler_timeout_ms: u64,
 }
 
 /// Runs the command line; returns the process exit code.
 pub fn main() -> anyhow::Result<()> {
+    // Before anything creates a file (snapshots of the offline tools included): owner only.
+    rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o077));
     let cli = Cli::parse();
     match cli.command {
         None => match Cli::parse_from(["walletd", "serve"]).command {
@@ -221,26 +236,63 @@ fn token_key(data_dir: &Path, given: Option<&str>) -> anyhow::Result<TokenKey> {
     )?))
 }
 
-/// A 32-byte random key kept hex-encoded in `data_dir/name` (mode 0600): read when it exists,
-/// else drawn once and written.
+/// Bytes of a kept key.
+const KEPT_KEY_BYTES: usize = 32;
+
+/// A kept key file's text: exactly 64 hex characters, optionally one trailing newline.
+/// Anything else (a truncated, hand-edited or short key) refuses to start rather than signing
+/// with a weak key (decisions.md §2).
+fn parse_kept_key(text: &str) -> Option<Vec<u8>> {
+    let hex_text = text.strip_suffix('\n').unwrap_or(text);
+    let hex_text = hex_text.strip_suffix('\r').unwrap_or(hex_text);
+    if hex_text.len() != KEPT_KEY_BYTES * 2 {
+        return None;
+    }
+    let mut key = vec![0u8; KEPT_KEY_BYTES];
+    hex::decode_to_slice(hex_text, &mut key).ok()?;
+    Some(key)
+}
+
+/// A 32-byte random key kept hex-encoded in `data_dir/name` (mode 0600): read when it exists
+/// (and refused unless it is exactly that), else drawn once and written to a temporary name,
+/// synced, renamed into place and the directory synced, so a crash never leaves a torn key.
 fn kept_secret(data_dir: &Path, name: &str, what: &str) -> anyhow::Result<Vec<u8>> {
     let path = data_dir.join(name);
-    if let Ok(existing) = std::fs::read_to_string(&path) {
-        return hex::decode(existing.trim())
-            .with_context(|| format!("read the {what} in {}", path.display()));
+    match std::fs::read_to_string(&path) {
+        Ok(existing) => {
+            return parse_kept_key(&existing).ok_or_else(|| {
+                anyhow::anyhow!(
+                    "the {what} in {} is not 32 bytes in hex (64 hex characters); refusing to start: restore it, or remove it to draw a new key (tokens or signatures made with the old key stop verifying)",
+                    path.display()
+                )
+            });
+        }
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+        Err(error) => {
+            return Err(error).with_context(|| format!("read the {what} in {}", path.display()))
+        }
     }
-    let mut key = [0u8; 32];
+    let mut key = [0u8; KEPT_KEY_BYTES];
     getrandom::getrandom(&mut key).map_err(|e| anyhow::anyhow!("draw a random {what}: {e}"))?;
     use std::io::Write as _;
     use std::os::unix::fs::OpenOptionsExt as _;
+    let temporary = data_dir.join(format!("{name}.tmp"));
+    let _ = std::fs::remove_file(&temporary);
     let mut file = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
         .mode(0o600)
-        .open(&path)
-        .with_context(|| format!("create {}", path.display()))?;
-    file.write_all(hex::encode(key).as_bytes())?;
-    file.sync_all()?;
+        .open(&temporary)
+        .with_context(|| format!("create {}", temporary.display()))?;
+    file.write_all(hex::encode(key).as_bytes())
+        .and_then(|()| file.sync_all())
+        .with_context(|| format!("write {}", temporary.display()))?;
+    drop(file);
+    std::fs::rename(&temporary, &path)
+        .with_context(|| format!("rename {} to {}", temporary.display(), path.display()))?;
+    std::fs::File::open(data_dir)
+        .and_then(|dir| dir.sync_all())
+        .with_context(|| format!("sync the directory {}", data_dir.display()))?;
     tracing::info!(path = %path.display(), "generated a {what}");
     Ok(key.to_vec())
 }
@@ -256,10 +308,55 @@ fn webhook_secret(data_dir: &Path, given: Option<&str>) -> anyhow::Result<Vec<u8
     }
 }
 
+/// Makes the data dir readable by its owner only (decisions.md §2: the WAL holds password
+/// hashes and personal data). The process umask becomes 0o077 before anything creates a file,
+/// so whatever walletd or a library creates later is 0600 (directories 0700) whatever the
+/// umask it was started with; the data dir is created 0700, and what an older walletd left
+/// more open in it is narrowed (logged).
+pub(crate) fn private_data_dir(data_dir: &Path) -> anyhow::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt as _, PermissionsExt as _};
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(data_dir)
+        .with_context(|| format!("create the data directory {}", data_dir.display()))?;
+    let mut pending = vec![data_dir.to_path_buf()];
+    while let Some(path) = pending.pop() {
+        let metadata = std::fs::symlink_metadata(&path)
+            .with_context(|| format!("read the mode of {}", path.display()))?;
+        let wanted = if metadata.is_dir() {
+            0o700
+        } else if metadata.is_file() {
+            0o600
+        } else {
+            continue;
+        };
+        if metadata.permissions().mode() & 0o7777 != wanted {
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(wanted))
+                .with_context(|| format!("make {} private", path.display()))?;
+            if path != data_dir {
+                tracing::warn!(path = %path.display(), mode = format!("{wanted:o}"), "narrowed the mode of a file in the data directory");
+            }
+        }
+        if metadata.is_dir() {
+            for entry in
+                std::fs::read_dir(&path).with_context(|| format!("list {}", path.display()))?
+            {
+                pending.push(entry?.path());
+            }
+        }
+    }
+    Ok(())
+}
+
 fn serve(args: ServeArgs) -> anyhow::Result<()> {
     init_logging(&args.log);
-    std::fs::create_dir_all(&args.data.data_dir)
-        .with_context(|| format!("create the data directory {}", args.data.data_dir.display()))?;
+    if let Some(password) = &args.admin_password {
+        crate::handlers::identity::check_password(password).map_err(|_| {
+            anyhow::anyhow!("WALLETD_ADMIN_PASSWORD must be 8 to 128 characters, like every password; refusing to start")
+        })?;
+    }
+    private_data_dir(&args.data.data_dir)?;
     let tokens = token_key(&args.data.data_dir, args.jwt_secret.as_deref())?;
     let webhook_secret = webhook_secret(&args.data.data_dir, args.webhook_secret.as_deref())?;
     let fees = FeeSchedule::parse(&args.fee_schedule)
@@ -323,6 +420,9 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .map_err(anyhow::Error::msg)?;
         app.fees = fees;
         app.webhook_secret = webhook_secret;
+        app.connections_per_address = args.connections_per_address.max(1);
+        app.body_read_timeout = std::time::Duration::from_millis(args.body_read_timeout_ms.max(1));
+        app.handler_timeout = std::time::Duration::from_millis(args.handler_timeout_ms.max(1));
         let app = Arc::new(app);
         let sweeper = {
             let app = app.clone();
@@ -331,6 +431,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
                 loop {
                     tick.tick().await;
                     app.limiter.sweep(Instant::now());
+                    app.failed_logins.sweep(Instant::now());
                 }
             })
         };
@@ -511,4 +612,26 @@ fn snapshot(args: &DataArgs) -> anyhow::Result<()> {
     engine.shutdown().map_err(|e| anyhow::anyhow!("{e}"))?;
     println!("snapshot written covering LSN {covered}");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_kept_key_is_exactly_64_hex_characters() {
+        let hex64 = "ab".repeat(32);
+        assert_eq!(parse_kept_key(&hex64).map(|k| k.len()), Some(32));
+        assert!(parse_kept_key(&format!("{hex64}\n")).is_some());
+        for bad in [
+            String::new(),
+            "ab".repeat(16),
+            format!("{hex64}ab"),
+            format!("{hex64}\n\n"),
+            format!(" {hex64}"),
+            "zz".repeat(32),
+        ] {
+            assert!(parse_kept_key(&bad).is_none(), "{bad:?}");
+        }
+    }
 }

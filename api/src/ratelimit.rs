@@ -23,6 +23,12 @@ pub enum RateClass {
     PayApi,
     /// `public`: 120 per minute (health).
     Public,
+    /// Provider webhooks: 300 per minute per client address (unauthenticated until the signature
+    /// verifies, so keyed by address like every public route).
+    Webhook,
+    /// Requests that scan every shard (reports, an employee's `GET /wallets`): 30 per minute,
+    /// on top of the route's own class.
+    Scan,
 }
 
 impl RateClass {
@@ -32,6 +38,8 @@ impl RateClass {
             RateClass::PerMinute20 => 20,
             RateClass::PayApi => 30,
             RateClass::Public => 120,
+            RateClass::Webhook => 300,
+            RateClass::Scan => 30,
         }
     }
 
@@ -41,6 +49,8 @@ impl RateClass {
             RateClass::PerMinute20 => "20/min",
             RateClass::PayApi => "pay_api",
             RateClass::Public => "public",
+            RateClass::Webhook => "webhook",
+            RateClass::Scan => "scan",
         }
     }
 }

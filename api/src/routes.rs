@@ -36,7 +36,7 @@ pub struct Route {
     pub created: bool,
 }
 
-use RateClass::{PayApi, PerMinute20, PerMinute60, Public as PublicRate};
+use RateClass::{PayApi, PerMinute20, PerMinute60, Public as PublicRate, Scan, Webhook};
 
 operations! {
     GetHealth => (GET, "/v1/health", "getHealth", Public, Some(PublicRate), false),
@@ -93,12 +93,12 @@ operations! {
     CancelSettlement => (POST, "/v1/wallet-settlements/{settlementId}/cancel", "cancelSettlement", BusinessFinance, None, false),
     ExecuteSettlement => (POST, "/v1/wallet-settlements/{settlementId}/execute", "executeSettlement", RestrictedOperator, None, false),
     RejectSettlement => (POST, "/v1/wallet-settlements/{settlementId}/reject", "rejectSettlement", RestrictedApprover, None, false),
-    GetFeeReport => (GET, "/v1/reports/fees", "getFeeReport", BusinessFinance, None, false),
-    GetPayoutReport => (GET, "/v1/reports/payouts", "getPayoutReport", BusinessFinance, None, false),
-    GetSettlementReport => (GET, "/v1/reports/settlements", "getSettlementReport", BusinessFinance, None, false),
-    GetBalanceSummary => (GET, "/v1/reports/summary", "getBalanceSummary", BusinessFinance, None, false),
-    GetTransactionReport => (GET, "/v1/reports/transactions", "getTransactionReport", BusinessFinance, None, false),
-    ReceiveProviderWebhook => (POST, "/v1/webhooks/{provider}", "receiveProviderWebhook", Public, None, false),
+    GetFeeReport => (GET, "/v1/reports/fees", "getFeeReport", BusinessFinance, Some(Scan), false),
+    GetPayoutReport => (GET, "/v1/reports/payouts", "getPayoutReport", BusinessFinance, Some(Scan), false),
+    GetSettlementReport => (GET, "/v1/reports/settlements", "getSettlementReport", BusinessFinance, Some(Scan), false),
+    GetBalanceSummary => (GET, "/v1/reports/summary", "getBalanceSummary", BusinessFinance, Some(Scan), false),
+    GetTransactionReport => (GET, "/v1/reports/transactions", "getTransactionReport", BusinessFinance, Some(Scan), false),
+    ReceiveProviderWebhook => (POST, "/v1/webhooks/{provider}", "receiveProviderWebhook", Public, Some(Webhook), false),
     GetPaymentLink => (GET, "/v1/payment-links/{linkUuid}", "getPaymentLink", Authenticated, None, false),
 }
 

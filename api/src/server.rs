@@ -11,7 +11,7 @@
 //! half (the engine also runs commands detached from their caller).
 
 use std::convert::Infallible;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -36,10 +36,79 @@ use crate::views::{Rendered, REQUEST_ID_PLACEHOLDER};
 
 /// Largest accepted request body.
 pub const BODY_BYTES_MAX: usize = 1 << 20;
+/// Largest accepted body of the public identity routes (register, logins): their fields are
+/// short, and nobody unauthenticated should make the server buffer a megabyte.
+pub const AUTH_BODY_BYTES_MAX: usize = 16 << 10;
 /// Longest accepted X-Request-ID.
 pub const REQUEST_ID_MAX: usize = 128;
 /// Connections served at once; the accept loop waits for a free slot beyond that.
 pub const CONNECTIONS_MAX: usize = 4096;
+/// Default of the connections one client address may hold open at once: beyond it a new
+/// connection is answered 429 and closed, so one client cannot take the global slots.
+pub const CONNECTIONS_PER_ADDRESS_MAX: usize = 256;
+/// Default wait for a request body once its headers are in (slow-body clients): then 408.
+pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(30);
+/// Default time a handler may take before its client is answered 503 `timeout`.
+pub const HANDLER_TIMEOUT: Duration = Duration::from_secs(30);
+/// Time a client may take to send its request headers.
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The body limit of `op` (decisions.md §5: 1 MiB; less on the unauthenticated identity routes).
+pub fn body_bytes_max(op: Op) -> usize {
+    match op {
+        Op::RegisterCustomer | Op::LoginCustomer | Op::LoginEmployee => AUTH_BODY_BYTES_MAX,
+        _ => BODY_BYTES_MAX,
+    }
+}
+
+/// Open connections per client address, with a guard per connection that gives its slot back.
+#[derive(Default)]
+struct PerAddress {
+    /// Open connections, and whether a refusal was logged since the address was last under cap.
+    open: dashmap::DashMap<IpAddr, (usize, bool)>,
+}
+
+struct AddressSlot {
+    table: Arc<PerAddress>,
+    address: IpAddr,
+}
+
+impl PerAddress {
+    /// A slot for `address`, or `None` when it already holds `max` connections (logged once per
+    /// episode, so a flood does not flood the log too).
+    fn take(self: &Arc<Self>, address: IpAddr, max: usize) -> Option<AddressSlot> {
+        let mut entry = self.open.entry(address).or_insert((0, false));
+        let (open, logged) = &mut *entry;
+        if *open >= max {
+            if !*logged {
+                *logged = true;
+                tracing::warn!(%address, open = *open, limit = max, "connection limit per address reached; refusing its new connections");
+            }
+            return None;
+        }
+        *open += 1;
+        Some(AddressSlot {
+            table: self.clone(),
+            address,
+        })
+    }
+}
+
+impl Drop for AddressSlot {
+    fn drop(&mut self) {
+        self.table
+            .open
+            .remove_if_mut(&self.address, |_, (open, logged)| {
+                *open = open.saturating_sub(1);
+                *logged = false;
+                *open == 0
+            });
+    }
+}
+
+/// What a connection over its address's cap is told before it is closed (the body is 112 bytes;
+/// a unit test checks the length).
+const TOO_MANY_CONNECTIONS: &[u8] = b"HTTP/1.1 429 Too Many Requests\r\ncontent-type: application/json\r\nconnection: close\r\nretry-after: 1\r\ncontent-length: 112\r\n\r\n{\"status\":false,\"message\":\"too many open connections from this address\",\"error\":{\"code\":\"too_many_connections\"}}";
 
 /// Serves `listener` until `shutdown` resolves, then drains in-flight requests.
 pub async fn serve(
@@ -49,6 +118,7 @@ pub async fn serve(
 ) {
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     let slots = Arc::new(Semaphore::new(CONNECTIONS_MAX));
+    let per_address = Arc::new(PerAddress::default());
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
         let permit = tokio::select! {
@@ -75,6 +145,12 @@ pub async fn serve(
                 continue;
             }
         };
+        let Some(address_slot) = per_address.take(remote.ip(), app.connections_per_address) else {
+            // Best effort, never waiting on the peer: the answer fits in the socket buffer.
+            let _ = stream.try_write(TOO_MANY_CONNECTIONS);
+            drop(stream);
+            continue;
+        };
         let _ = stream.set_nodelay(true);
         let app = app.clone();
         let service = hyper::service::service_fn(move |request| {
@@ -83,11 +159,12 @@ pub async fn serve(
         });
         let connection = hyper::server::conn::http1::Builder::new()
             .timer(TokioTimer::new())
-            .header_read_timeout(Duration::from_secs(30))
+            .header_read_timeout(HEADER_READ_TIMEOUT)
             .serve_connection(TokioIo::new(stream), service);
         let connection = graceful.watch(connection);
         tokio::spawn(async move {
             let _permit = permit;
+            let _address_slot = address_slot;
             if let Err(error) = connection.await {
                 tracing::debug!(%error, "connection ended with an error");
             }
@@ -192,12 +269,15 @@ async fn route_and_run(
     let route = op.route();
     let fail = |error: ApiError| (Some(op), error);
 
-    // Authenticate first (cheap, no body read), so the rate limit can key on the subject.
+    // Authenticate first (cheap, no body read), so the rate limit can key on the subject. Public
+    // routes never look at a token: keyed by the client address alone, a token cannot buy them
+    // a fresh budget (decisions.md §2).
+    let public = route.tier == crate::auth::Tier::Public;
     let principal = match bearer(&parts.headers) {
-        Some(token) => Some(authenticate(app, token).await.map_err(fail)?),
-        None => None,
+        Some(token) if !public => Some(authenticate(app, token).await.map_err(fail)?),
+        _ => None,
     };
-    if route.tier != crate::auth::Tier::Public && principal.is_none() {
+    if !public && principal.is_none() {
         return Err(fail(ApiError::unauthorized()));
     }
     let mut limit_headers = None;
@@ -205,14 +285,45 @@ async fn route_and_run(
         let caller = principal
             .as_ref()
             .map_or_else(|| remote.ip().to_string(), Principal::caller);
-        let decision = app.limiter.check(&caller, class, Instant::now());
+        let now = Instant::now();
+        let decision = app.limiter.check(&caller, class, now);
         if !decision.allowed {
             return Err(fail(rate_limited(class, decision)));
         }
         limit_headers = Some(decision);
+        // An employee's wallet list scans every shard: the scan class too, like the reports.
+        let scans = op == Op::ListWallets
+            && principal
+                .as_ref()
+                .is_some_and(|p| matches!(p.subject, Subject::Employee(_)));
+        if scans {
+            let scan = app.limiter.check(&caller, RateClass::Scan, now);
+            if !scan.allowed {
+                return Err(fail(rate_limited(RateClass::Scan, scan)));
+            }
+            if scan.remaining < decision.remaining {
+                limit_headers = Some(scan);
+            }
+        }
     }
 
-    let body = read_body(body).await.map_err(fail)?;
+    let limit = body_bytes_max(op);
+    if declared_length(&parts.headers).is_some_and(|length| length > limit as u64) {
+        return Err(fail(payload_too_large(limit)));
+    }
+    let body = match tokio::time::timeout(app.body_read_timeout, read_body(body, limit)).await {
+        Ok(read) => read.map_err(fail)?,
+        Err(_) => {
+            return Err(fail(ApiError::new(
+                StatusCode::REQUEST_TIMEOUT,
+                "request_timeout",
+                format!(
+                    "the request body did not arrive within {} ms",
+                    app.body_read_timeout.as_millis()
+                ),
+            )))
+        }
+    };
     let query = parts.uri.query().unwrap_or("").to_owned();
     let call = Call {
         op,
@@ -224,7 +335,33 @@ async fn route_and_run(
         request_id: request_id.to_owned(),
         remote,
     };
-    let (rendered, replayed) = handlers::dispatch(app, call).await.map_err(|mut error| {
+    // The handler runs in its own task: past the timeout the client is told so, and the handler
+    // still runs to its end (a command is never cut in half; a retry with the same
+    // Idempotency-Key gets its answer).
+    let handler = {
+        let app = app.clone();
+        tokio::spawn(async move { handlers::dispatch(&app, call).await })
+    };
+    let handled = match tokio::time::timeout(app.handler_timeout, handler).await {
+        Ok(Ok(handled)) => handled,
+        Ok(Err(_)) => Err(ApiError::internal()),
+        Err(_) => {
+            tracing::warn!(
+                operation = route.operation_id,
+                timeout_ms = app.handler_timeout.as_millis() as u64,
+                "a handler ran past its timeout; answered 503"
+            );
+            Err(ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "timeout",
+                format!(
+                    "the request took longer than {} ms; its outcome is unknown: retry with the same Idempotency-Key",
+                    app.handler_timeout.as_millis()
+                ),
+            ))
+        }
+    };
+    let (rendered, replayed) = handled.map_err(|mut error| {
         if let Some(decision) = limit_headers {
             for (name, value) in limit_header_values(decision) {
                 error.add_header(name, value);
@@ -265,19 +402,34 @@ fn rate_limited(class: RateClass, decision: crate::ratelimit::Decision) -> ApiEr
     error
 }
 
-async fn read_body(body: Incoming) -> Result<Bytes, ApiError> {
-    match Limited::new(body, BODY_BYTES_MAX).collect().await {
+fn payload_too_large(limit: usize) -> ApiError {
+    ApiError::new(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "payload_too_large",
+        format!("request bodies of this route are limited to {limit} bytes"),
+    )
+}
+
+/// The declared `Content-Length`, when there is one that parses.
+fn declared_length(headers: &hyper::HeaderMap) -> Option<u64> {
+    headers
+        .get(hyper::header::CONTENT_LENGTH)?
+        .to_str()
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+async fn read_body(body: Incoming, limit: usize) -> Result<Bytes, ApiError> {
+    match Limited::new(body, limit).collect().await {
         Ok(collected) => Ok(collected.to_bytes()),
         Err(error)
             if error
                 .downcast_ref::<http_body_util::LengthLimitError>()
                 .is_some() =>
         {
-            Err(ApiError::new(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "payload_too_large",
-                format!("request bodies are limited to {BODY_BYTES_MAX} bytes"),
-            ))
+            Err(payload_too_large(limit))
         }
         Err(_) => Err(ApiError::bad_request("the request body could not be read")),
     }
@@ -392,4 +544,23 @@ fn fill_request_id(body: Vec<u8>, request_id: &str) -> Vec<u8> {
     }
     let live = serde_json::to_string(request_id).unwrap_or_else(|_| "\"\"".into());
     text.replacen(&placeholder, &live, 1).into_bytes()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_too_many_connections_answer_declares_its_body_length() {
+        let text = std::str::from_utf8(TOO_MANY_CONNECTIONS).unwrap_or_default();
+        let (head, body) = text.split_once("\r\n\r\n").unwrap_or_default();
+        assert!(
+            head.contains(&format!("content-length: {}", body.len())),
+            "{text}"
+        );
+        assert!(
+            serde_json::from_str::<serde_json::Value>(body).is_ok(),
+            "{body}"
+        );
+    }
 }

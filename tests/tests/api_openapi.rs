@@ -79,6 +79,8 @@ fn table() -> Vec<Row> {
                     "Some(PerMinute20)" => "20/min".to_owned(),
                     "Some(PayApi)" => "pay_api".to_owned(),
                     "Some(PublicRate)" => "public".to_owned(),
+                    "Some(Webhook)" => "webhook".to_owned(),
+                    "Some(Scan)" => "scan".to_owned(),
                     other => panic!("unknown rate class {other} in: {line}"),
                 },
                 created: match *created {

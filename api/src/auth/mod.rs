@@ -12,6 +12,7 @@
 //! identities. A customer asking about a wallet that is not theirs gets 404, not 403: revealing
 //! that the wallet exists would leak another owner's data.
 
+pub mod lockout;
 pub mod password;
 pub mod token;
 
@@ -215,6 +216,30 @@ impl Principal {
                 }
                 Ok(())
             }
+        }
+    }
+
+    /// May the caller move money out of `wallet` on its owner's behalf (a transfer from it;
+    /// initiating, confirming or cancelling a payment from it)? decisions.md §2: the customer
+    /// who owns it, and among employees of the wallet's business only admin, operator and finance
+    /// (and merchant_finance on its own merchant's wallets). Every other role only reads: 403.
+    /// A customer asking about another's wallet gets 404, as everywhere.
+    pub fn require_money_out(&self, wallet: &engine::runtime::WalletScope) -> Result<(), ApiError> {
+        self.require(Tier::CustomerOrBusiness, Scope::of_wallet_scope(wallet))?;
+        if let Subject::Customer(_) = self.subject {
+            return Ok(());
+        }
+        let staff = [Role::Admin, Role::Operator, Role::Finance]
+            .iter()
+            .any(|role| self.has_role(*role));
+        let merchant_finance =
+            wallet.owner_type == OwnerType::Merchant && self.has_role(Role::MerchantFinance);
+        if staff || merchant_finance {
+            Ok(())
+        } else {
+            Err(ApiError::forbidden(
+                "moving money out of a wallet needs the role admin, operator or finance (merchant_finance on its merchant's wallets)",
+            ))
         }
     }
 

@@ -60,7 +60,8 @@ fn valid_phone(phone: &str) -> bool {
     })
 }
 
-fn check_password(password: &str) -> Result<(), ApiError> {
+/// The strength rule of every password, the bootstrap admin's included (decisions.md §2).
+pub fn check_password(password: &str) -> Result<(), ApiError> {
     let chars = password.chars().count();
     if (8..=128).contains(&chars) {
         Ok(())
@@ -209,6 +210,8 @@ struct CustomerLogin {
 
 pub async fn login_customer(app: &SharedApp, call: &Call) -> Handled {
     let body: CustomerLogin = call.json()?;
+    let account = format!("customer:{}", body.phone);
+    refuse_locked(app, &account)?;
     let phone = body.phone.clone();
     let found = app
         .engine
@@ -223,6 +226,8 @@ pub async fn login_customer(app: &SharedApp, call: &Call) -> Handled {
         )
         .await?;
     let (Some(customer), true) = (found, verified) else {
+        app.failed_logins
+            .record_failure(&account, std::time::Instant::now());
         return Err(ApiError::unauthorized());
     };
     let primary = primary_wallet(app, customer.id).await?;
@@ -239,6 +244,26 @@ pub async fn login_customer(app: &SharedApp, call: &Call) -> Handled {
         wallet: primary.map(|w| wallet(&w)),
     };
     ok(StatusCode::OK, &envelope(data, Some("Logged in")))
+}
+
+/// 429 while `account` has too many recent failed logins (decisions.md §2; auth/lockout.rs).
+fn refuse_locked(app: &SharedApp, account: &str) -> Result<(), ApiError> {
+    match app
+        .failed_logins
+        .locked_for(account, std::time::Instant::now())
+    {
+        None => Ok(()),
+        Some(seconds) => Err(ApiError::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "too_many_failed_logins",
+            format!(
+                "{} failed logins within {} minutes: this account's logins are refused for {seconds} s",
+                crate::auth::lockout::FAILURES_MAX,
+                crate::auth::lockout::WINDOW.as_secs() / 60
+            ),
+        )
+        .with_header("retry-after", seconds.to_string())),
+    }
 }
 
 async fn primary_wallet(
@@ -281,6 +306,8 @@ pub async fn login_employee(app: &SharedApp, call: &Call) -> Handled {
         ));
     };
     let business_id = body.business_id;
+    let account = format!("employee:{business_id}:{}", login.to_lowercase());
+    refuse_locked(app, &account)?;
     let found = app
         .engine
         .read_directory(move |d| d.employee_by_login(business_id, &login).cloned())
@@ -294,6 +321,8 @@ pub async fn login_employee(app: &SharedApp, call: &Call) -> Handled {
         )
         .await?;
     let (Some(employee), true) = (found, verified) else {
+        app.failed_logins
+            .record_failure(&account, std::time::Instant::now());
         return Err(ApiError::unauthorized());
     };
     let principal = Principal {

@@ -83,7 +83,8 @@ pub async fn transfer(app: &SharedApp, call: &Call) -> Handled {
     let body: Transfer = call.json()?;
     let source = wallet_field(body.from_wallet_id, "from_wallet_id")?;
     let target = wallet_field(body.to_wallet_id, "to_wallet_id")?;
-    authorized_wallet(app, call, source).await?;
+    let wallet = authorized_wallet(app, call, source).await?;
+    call.principal()?.require_money_out(&wallet)?;
     let command = Command::Transfer(TransferArgs {
         source_wallet_id: source,
         target_wallet_id: target,
@@ -122,6 +123,47 @@ async fn wallet_of_transaction(
     call.principal()?
         .require(call.op.route().tier, Scope::of_wallet_scope(&wallet))?;
     Ok(wallet)
+}
+
+/// Every client wallet a reversal of transaction `uuid` would post to, each checked against the
+/// caller's scope (decisions.md §2: a reversal touches every wallet of the reversed
+/// transaction, so the wallet that holds it is not enough; issue 17). The legs of a posting all
+/// live on the shard of the transaction (a cross-shard transfer's sides are not reversible).
+async fn wallets_of_posting(
+    app: &SharedApp,
+    call: &Call,
+    uuid: Uuid,
+) -> Result<Vec<WalletScope>, ApiError> {
+    let shard = app
+        .engine
+        .find(uuid, |s, u| s.locate_transaction(u).is_some())
+        .await
+        .map_err(engine_error)?;
+    let wallets = app
+        .engine
+        .peek_shard(shard, move |s| {
+            let (wallet_id, transaction_id) = s.locate_transaction(uuid)?;
+            let holder = s.wallet(wallet_id)?;
+            let transaction = holder.transaction(transaction_id)?;
+            let mut wallets = vec![WalletScope::of(holder)];
+            for leg in &transaction.legs {
+                let Some(wallet) = s.wallet(leg.wallet_id) else {
+                    continue;
+                };
+                if !wallet.is_system() && wallets.iter().all(|w| w.wallet_id != wallet.id()) {
+                    wallets.push(WalletScope::of(wallet));
+                }
+            }
+            Some(wallets)
+        })
+        .await
+        .map_err(engine_error)?
+        .ok_or_else(|| ApiError::not_found("transaction"))?;
+    let principal = call.principal()?;
+    for wallet in &wallets {
+        principal.require(call.op.route().tier, Scope::of_wallet_scope(wallet))?;
+    }
+    Ok(wallets)
 }
 
 #[derive(Deserialize)]
@@ -163,7 +205,7 @@ pub async fn reverse(app: &SharedApp, call: &Call) -> Handled {
         .reason
         .filter(|r| !r.trim().is_empty())
         .ok_or_else(|| ApiError::invalid_field("reason", "is required"))?;
-    wallet_of_transaction(app, call, uuid).await?;
+    wallets_of_posting(app, call, uuid).await?;
     run(
         app,
         call,

@@ -119,7 +119,8 @@ pub async fn initiate(app: &SharedApp, call: &Call) -> Handled {
 async fn initiate_payment(app: &SharedApp, call: &Call) -> Handled {
     let body: InitiateBody = call.json()?;
     let payer = wallet_field(body.wallet_id, "wallet_id")?;
-    super::call::authorized_wallet(app, call, payer).await?;
+    let payer_wallet = super::call::authorized_wallet(app, call, payer).await?;
+    call.principal()?.require_money_out(&payer_wallet)?;
     let currency = currency_field("currency_code", &body.currency_code)?;
     let provider = match body.provider.as_deref() {
         None | Some("wallet") => PaymentProvider::Wallet,
@@ -249,6 +250,11 @@ fn authorize(
         return Err(ApiError::forbidden(
             "only the merchant's merchant_finance staff refund a payment",
         ));
+    }
+    if matches!(call.op, Op::ConfirmPayment | Op::CancelPayment) {
+        // Confirming or cancelling on the payer's side moves (or frees) the payer's money: only
+        // the roles that may move money out of the wallet (decisions.md §2).
+        principal.require_money_out(payer)?;
     }
     Ok(())
 }

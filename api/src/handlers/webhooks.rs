@@ -3,8 +3,10 @@
 //!
 //! Order of checks, so that nothing unauthenticated reaches the engine: the provider is known;
 //! the timestamp is within 300 s of our clock; the signature `v1=hex(HMAC-SHA256(secret,
-//! "{timestamp}.{raw body}"))` verifies (compared in constant time by `hmac`'s `verify_slice`);
-//! only then is the body parsed. The event id is the idempotency key of the command it becomes
+//! "{timestamp}.{raw body}"))` verifies; only then is the body parsed. The header carries 1 to
+//! [`SIGNATURES_MAX`] candidates of exactly 64 hex characters, checked for shape before any
+//! hashing; the MAC is computed once and compared in constant time with each (issue 17: one
+//! request with thousands of entries used to cost a MAC over the whole body per entry). The event id is the idempotency key of the command it becomes
 //! (caller `webhook:{provider}`), so a repeat has no second effect and gets the first answer,
 //! restarts included.
 
@@ -28,6 +30,10 @@ use crate::views::{mark_webhook_duplicate, with_event};
 pub const PROVIDERS: &[&str] = &["sandbox"];
 /// Largest accepted distance between the event's timestamp and our clock, in seconds.
 pub const TOLERANCE_SECS: i64 = 300;
+/// Most `v1=` candidates in one `X-Webhook-Signature` (key rotation needs two; decisions.md §5).
+pub const SIGNATURES_MAX: usize = 4;
+/// Bytes of an HMAC-SHA256 signature (64 hex characters).
+const SIGNATURE_BYTES: usize = 32;
 /// Longest event id.
 const EVENT_ID_BYTES_MAX: usize = 255;
 
@@ -59,21 +65,52 @@ pub fn verify(
         ));
     }
     let signature = signature.ok_or_else(|| signature_error("X-Webhook-Signature is missing"))?;
-    // `v1=<hex>`; several comma-separated signatures are allowed (key rotation), one must match.
-    let candidates = signature
-        .split(',')
-        .filter_map(|part| part.trim().strip_prefix("v1="))
-        .filter_map(|hex_text| hex::decode(hex_text).ok());
-    for candidate in candidates {
-        let mut mac = Hmac::<Sha256>::new_from_slice(secret).map_err(|_| ApiError::internal())?;
-        mac.update(timestamp.as_bytes());
-        mac.update(b".");
-        mac.update(body);
-        if mac.verify_slice(&candidate).is_ok() {
-            return Ok(());
-        }
+    // Shape first, before any hashing (decisions.md §5): 1 to 4 comma-separated `v1=` entries
+    // (key rotation), each exactly 64 hex characters. Anything else costs nothing but a scan
+    // of the header.
+    let mut candidates = [[0u8; SIGNATURE_BYTES]; SIGNATURES_MAX];
+    let mut count = 0;
+    for part in signature.split(',') {
+        let slot = candidates
+            .get_mut(count)
+            .ok_or_else(|| signature_error("X-Webhook-Signature has more than 4 entries"))?;
+        let hex_text = part
+            .trim()
+            .strip_prefix("v1=")
+            .filter(|text| text.len() == SIGNATURE_BYTES * 2)
+            .ok_or_else(|| {
+                signature_error("each X-Webhook-Signature entry must be v1= and 64 hex characters")
+            })?;
+        hex::decode_to_slice(hex_text, slot).map_err(|_| {
+            signature_error("each X-Webhook-Signature entry must be v1= and 64 hex characters")
+        })?;
+        count += 1;
     }
-    Err(signature_error("X-Webhook-Signature does not match"))
+    // One MAC per request, compared in constant time with each candidate (every one of them,
+    // so the time does not tell which matched).
+    let mut mac = Hmac::<Sha256>::new_from_slice(secret).map_err(|_| ApiError::internal())?;
+    mac.update(timestamp.as_bytes());
+    mac.update(b".");
+    mac.update(body);
+    let expected = mac.finalize().into_bytes();
+    let matched = candidates.iter().take(count).fold(0u8, |any, candidate| {
+        any | constant_time_eq(&expected, candidate)
+    });
+    if matched == 1 {
+        Ok(())
+    } else {
+        Err(signature_error("X-Webhook-Signature does not match"))
+    }
+}
+
+/// 1 when `a == b`, else 0, in time that depends only on the lengths.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> u8 {
+    if a.len() != b.len() {
+        return 0;
+    }
+    let difference = a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y));
+    // 0 -> 1, anything else -> 0, without a branch on the secret-dependent value.
+    u8::from(std::hint::black_box(difference) == 0)
 }
 
 #[derive(Deserialize)]
@@ -257,8 +294,16 @@ mod tests {
         let good = sign(secret, "1000", body);
         assert!(verify(secret, 1000, Some("1000"), Some(&good), body).is_ok());
         assert!(verify(secret, 1300, Some("1000"), Some(&good), body).is_ok());
-        let rotated = format!("v1=00ff,{good}");
+        let stale = format!("v1={}", "0".repeat(64));
+        let rotated = format!("{stale}, {good}");
         assert!(verify(secret, 1000, Some("1000"), Some(&rotated), body).is_ok());
+        let four = format!("{stale},{stale},{stale},{good}");
+        assert!(verify(secret, 1000, Some("1000"), Some(&four), body).is_ok());
+        let five = format!("{stale},{four}");
+        let short = format!("v1=00ff,{good}");
+        let empty = format!("v1=,{good}");
+        let trailing = format!("{good},");
+        let not_hex = format!("v1={},{good}", "g".repeat(64));
         let refused = [
             verify(secret, 1301, Some("1000"), Some(&good), body),
             verify(secret, 699, Some("1000"), Some(&good), body),
@@ -275,6 +320,12 @@ mod tests {
             verify(secret, 1000, Some("1000"), None, body),
             verify(secret, 1000, Some("soon"), Some(&good), body),
             verify(secret, 1000, Some("1000"), Some("v2=abc"), body),
+            verify(secret, 1000, Some("1000"), Some(&five), body),
+            verify(secret, 1000, Some("1000"), Some(&short), body),
+            verify(secret, 1000, Some("1000"), Some(&empty), body),
+            verify(secret, 1000, Some("1000"), Some(&trailing), body),
+            verify(secret, 1000, Some("1000"), Some(&not_hex), body),
+            verify(secret, 1000, Some("1000"), Some(""), body),
         ];
         for result in refused {
             let error = result.unwrap_err();
