@@ -6,9 +6,11 @@
 //! A connection limit bounds memory (TIGER_STYLE: put a limit on everything).
 //!
 //! Per request: request id (echoed or generated; over 128 characters is 400), route, rate
-//! limit, body (1 MiB cap: 413), authentication, handler, error rendering, metrics. Each
-//! handler runs in its own spawned task, so a client that disconnects cannot cut a command in
-//! half (the engine also runs commands detached from their caller).
+//! limit, body (1 MiB cap: 413), authentication, handler, error rendering, metrics. A handler's
+//! future is dropped when its client disconnects; what must not stop with it runs detached in the
+//! engine: a keyed command runs in its own task and its key's claim is released by a guard on
+//! every path (`Engine::execute_idempotent`), and a multi-step command runs on a shard's Arbiter,
+//! so a client that hangs up can neither cut a command in half nor wedge its key.
 
 use std::convert::Infallible;
 use std::net::{IpAddr, SocketAddr};

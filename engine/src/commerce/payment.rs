@@ -38,7 +38,10 @@
 //!    in-transit by the amount, credit the merchant the net and the fees account the fee, mark the
 //!    payment `completed`, record an [`IncomingPaymentCredit`]. Idempotent by reservation uuid (a
 //!    repeat is a no-op answered `duplicate`). Refused when the payment is no longer pending, the
-//!    merchant wallet is frozen, ...
+//!    merchant wallet is frozen, ... A refusal is itself recorded on M
+//!    ([`RefusedPaymentCredit`]), so the first decision on a reservation is final: two confirms of
+//!    one payment orchestrate the same reservation, and without the record the second could credit
+//!    (the merchant unfrozen meanwhile) what the first releases, creating money (issue 16).
 //! 3. P: [`crate::Command::PaymentReserveFinalize`] once the credit is durable, or
 //!    [`crate::Command::PaymentReserveRelease`] when it was refused (the reserve posting is mirrored,
 //!    the payer gets the amount back).
@@ -291,6 +294,17 @@ pub struct PaymentReservation {
     pub reserved_at_ms: i64,
     /// When it was finalized or released.
     pub settled_at_ms: Option<i64>,
+}
+
+/// A cross-shard payment credit its target shard refused: every later credit of the reservation
+/// is refused too, so the reservation's release is the only way its money can go.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RefusedPaymentCredit {
+    /// The reservation's uuid.
+    pub uuid: Uuid,
+    pub payment_uuid: Uuid,
+    pub target_wallet_id: WalletId,
+    pub refused_at_ms: i64,
 }
 
 /// A cross-shard payment step as its target shard records it (the credit's idempotency record).

@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::commerce::payment::{
     IncomingPaymentCredit, Payment, PaymentLink, PaymentMoveKind, PaymentReservation, QrCode,
+    RefusedPaymentCredit,
 };
 use crate::commerce::payout::{Payout, Settlement};
 use crate::ledger::transfer::TransferState;
@@ -32,6 +33,10 @@ pub(crate) struct Commerce {
     pub(crate) reservations: BTreeMap<Uuid, PaymentReservation>,
     /// Cross-shard payment steps this shard credited, by reservation uuid.
     pub(crate) credits: BTreeMap<Uuid, IncomingPaymentCredit>,
+    /// Cross-shard payment steps this shard refused to credit, by reservation uuid. Serialised
+    /// after the rest of the snapshot (format version 3), hence skipped here.
+    #[serde(skip)]
+    pub(crate) refused_credits: BTreeMap<Uuid, RefusedPaymentCredit>,
 }
 
 impl Commerce {
@@ -49,6 +54,7 @@ impl Commerce {
             settlements: BTreeMap::new(),
             reservations: BTreeMap::new(),
             credits: BTreeMap::new(),
+            refused_credits: BTreeMap::new(),
         }
     }
 }

@@ -88,6 +88,20 @@ impl Drop for Inner {
     }
 }
 
+/// Releases an idempotency claim when dropped, unless the command logged the key (then the
+/// table holds its pending or answered record, which [`IdempotencyTable::abandon`] leaves alone).
+struct ClaimGuard {
+    table: Arc<IdempotencyTable>,
+    caller: String,
+    key: String,
+}
+
+impl Drop for ClaimGuard {
+    fn drop(&mut self) {
+        self.table.abandon(&self.caller, &self.key);
+    }
+}
+
 #[derive(Default)]
 pub(crate) struct SnapshotState {
     pub(crate) last_lsn: u64,
@@ -213,6 +227,15 @@ impl Engine {
             Begin::InFlight => return Err(EngineError::IdempotencyInFlight),
             Begin::Fresh => {}
         }
+        // From here the key is claimed: the guard releases the claim on every path on which the
+        // command left no record (a refusal before the log, a dropped message, a panic), and the
+        // command runs in its own task, so a client that hangs up neither stops it halfway nor
+        // leaves the key `in progress` (ARCHITECTURE.md invariant 11).
+        let guard = ClaimGuard {
+            table: Arc::clone(table),
+            caller: key.caller.clone(),
+            key: key.key.clone(),
+        };
         let record = IdempotencyRecord {
             caller: key.caller.clone(),
             key: key.key.clone(),
@@ -222,22 +245,21 @@ impl Engine {
             response: None,
             transfer_uuid: None,
         };
-        let outcome = match self.direct_shard(&command) {
-            Some(shard) => {
-                let claim = Claim {
-                    record,
-                    answer: Answer::Result,
-                };
-                self.send(shard, command, Some(claim)).await
-            }
-            None => {
-                let engine = self.clone();
-                self.detached(self.home(&command), async move {
-                    engine.dispatch(command, Some(record)).await
-                })
-                .await
+        let engine = self.clone();
+        let work = async move {
+            let _guard = guard;
+            match engine.direct_shard(&command) {
+                Some(shard) => {
+                    let claim = Claim {
+                        record,
+                        answer: Answer::Result,
+                    };
+                    engine.send(shard, command, Some(claim)).await
+                }
+                None => engine.dispatch(command, Some(record)).await,
             }
         };
+        let outcome = self.run_detached(work).await;
         match outcome {
             Ok(Executed {
                 response: Some(response),
@@ -249,13 +271,23 @@ impl Engine {
             Ok(Executed { response: None, .. }) => Err(EngineError::Unavailable(
                 "the command's answer was not recorded".into(),
             )),
-            Err(error) => {
-                // Nothing durable carries the key: free it so a retry can run.
-                if matches!(error, EngineError::Unavailable(_)) {
-                    table.abandon(&key.caller, &key.key);
-                }
-                Err(error)
-            }
+            Err(error) => Err(error),
+        }
+    }
+
+    /// Runs `work` to completion in its own task, on the caller's tokio runtime when there is one
+    /// (the API's), else on shard 0's Arbiter: dropping the returned future stops waiting, never
+    /// the work.
+    async fn run_detached<T, F>(&self, work: F) -> Result<T, EngineError>
+    where
+        T: Send + 'static,
+        F: std::future::Future<Output = Result<T, EngineError>> + Send + 'static,
+    {
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => runtime.spawn(work).await.map_err(|error| {
+                EngineError::Unavailable(format!("the command's task failed: {error}"))
+            })?,
+            Err(_) => self.detached(0, work).await,
         }
     }
 

@@ -94,7 +94,8 @@ impl IdempotencyTable {
         }
     }
 
-    /// Releases a claim whose command never reached the log (the engine was unavailable).
+    /// Releases a claim whose command left no record in the log (refused before it, its message
+    /// dropped, the engine unavailable). A key the command logged (pending or answered) stays.
     pub fn abandon(&self, caller: &str, key: &str) {
         self.slots
             .remove_if(&(caller.to_owned(), key.to_owned()), |_, slot| {

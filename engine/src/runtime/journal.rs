@@ -6,7 +6,7 @@
 //!
 //! | offset | size | field                                                               |
 //! |--------|------|---------------------------------------------------------------------|
-//! | 0      | 1    | journal format version (`1`, or `2` when an event needs format 2)   |
+//! | 0      | 1    | journal format version: the newest event format its events need     |
 //! | 1      | n    | postcard encoding of [`JournalEntry`]                               |
 //!
 //! [`JournalEntry::events`] are the shard's domain events (see [`crate::event`]).
@@ -23,7 +23,7 @@ use crate::values::error::DecodeError;
 /// version that can hold its events (the newest of their [`Event::format_version`]s), so a
 /// binary that predates the commerce events still reads every record without them and refuses
 /// the others by their version, naming it, instead of failing to parse them.
-pub const JOURNAL_FORMAT_VERSION: u8 = 2;
+pub const JOURNAL_FORMAT_VERSION: u8 = 3;
 
 /// Who asked, under which key, for what, and what they were answered.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -63,7 +63,7 @@ impl JournalEntry {
         postcard::to_extend(self, vec![self.format_version()]).unwrap_or_default()
     }
 
-    /// The version this entry is written with: 1 unless an event needs format 2.
+    /// The version this entry is written with: 1 unless an event needs a newer format.
     #[must_use]
     pub fn format_version(&self) -> u8 {
         self.events

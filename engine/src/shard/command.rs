@@ -466,6 +466,11 @@ pub enum Outcome {
         transaction: TransactionView,
         duplicate: bool,
     },
+    /// The target refused a cross-shard payment credit (and logged the refusal, so every later
+    /// credit of the reservation is refused too): release the reservation.
+    PaymentCreditRefused {
+        rejection: Rejection,
+    },
     /// Finalize or release (the state says which).
     PaymentReservationSettled(PaymentReservation),
     PaymentLink(PaymentLinkView),

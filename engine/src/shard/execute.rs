@@ -22,7 +22,27 @@ impl Shard {
         command: &Command,
         ctx: &Context,
     ) -> Result<(Vec<Event>, Outcome), ExecuteError> {
-        let events = self.decide(command, ctx)?;
+        let events = match (self.decide(command, ctx), command) {
+            (Ok(events), _) => events,
+            (Err(rejection), Command::PaymentCredit(request)) => {
+                // A refused cross-shard credit is logged, so the first decision is final; the
+                // caller releases the reservation on the rejection carried in the outcome.
+                let events: Vec<Event> = self
+                    .payment_credit_refusal(request, &rejection, ctx.now_ms)
+                    .into_iter()
+                    .collect();
+                if events.is_empty()
+                    && self
+                        .refused_payment_credit(request.reservation_uuid)
+                        .is_none()
+                {
+                    return Err(rejection.into());
+                }
+                self.apply_all(&events)?;
+                return Ok((events, Outcome::PaymentCreditRefused { rejection }));
+            }
+            (Err(rejection), _) => return Err(rejection.into()),
+        };
         self.apply_all(&events)?;
         let outcome = self.outcome(command, &events, ctx)?;
         Ok((events, outcome))

@@ -3,16 +3,18 @@
 //! # Snapshot format
 //!
 //! ```text
-//! byte 0     SNAPSHOT_FORMAT_VERSION (2; 1 is still read)
+//! byte 0     SNAPSHOT_FORMAT_VERSION (3; 1 and 2 are still read)
 //! bytes 1..  postcard encoding of: shard index and count, the four next-sequence numbers,
 //!            the wallets in id order (each with its history), outgoing transfers and incoming
 //!            transfers in uuid order, then (version 2) the commerce state: its five next-sequence
 //!            numbers (payment, link, QR, payout, settlement), payments, links and QR payloads in
 //!            uuid order, payouts and settlements in id order, payment reservations and incoming
-//!            payment credits in uuid order
+//!            payment credits in uuid order, then (version 3) the refused payment credits in
+//!            uuid order
 //! ```
 //!
-//! A version 1 snapshot is the same without the commerce state; it loads with an empty one.
+//! A version 1 snapshot is the same without the commerce state; it loads with an empty one. A
+//! version 2 snapshot loads with no refused credits.
 //!
 //! Only records are written; the indexes (owners, uuids, hold expiry, settled transactions, open
 //! charges, payout holds) are rebuilt on load, which also validates the records: ids in their
@@ -32,6 +34,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+use crate::commerce::payment::RefusedPaymentCredit;
 use crate::commerce::state::{Commerce, CommerceIndex};
 use crate::ledger::hold::HoldStatus;
 use crate::ledger::transaction::Hash;
@@ -42,7 +45,7 @@ use crate::values::error::DecodeError;
 use crate::values::ids::{IdSpace, Uuid};
 
 /// First byte of every snapshot.
-pub const SNAPSHOT_FORMAT_VERSION: u8 = 2;
+pub const SNAPSHOT_FORMAT_VERSION: u8 = 3;
 
 #[derive(Serialize)]
 struct SnapshotRef<'a> {
@@ -55,6 +58,7 @@ struct SnapshotRef<'a> {
     transfers_out: &'a BTreeMap<Uuid, OutgoingTransfer>,
     transfers_in: &'a BTreeMap<Uuid, IncomingTransfer>,
     commerce: &'a Commerce,
+    refused_credits: &'a BTreeMap<Uuid, RefusedPaymentCredit>,
 }
 
 /// Everything before the commerce state: all of version 1. Postcard encodes a struct as its
@@ -70,6 +74,13 @@ struct SnapshotOwned {
     transfers_out: BTreeMap<Uuid, OutgoingTransfer>,
     transfers_in: BTreeMap<Uuid, IncomingTransfer>,
 }
+
+/// Version 3: version 2 and the refused payment credits.
+type SnapshotV3 = (
+    SnapshotOwned,
+    Commerce,
+    BTreeMap<Uuid, RefusedPaymentCredit>,
+);
 
 /// A postcard output that feeds a hasher instead of a buffer.
 struct HashFlavor(Sha256);
@@ -104,6 +115,7 @@ impl Shard {
             transfers_out: &self.transfers_out,
             transfers_in: &self.transfers_in,
             commerce: &self.commerce,
+            refused_credits: &self.commerce.refused_credits,
         }
     }
 
@@ -134,7 +146,13 @@ impl Shard {
                 let (snapshot, rest) = postcard::take_from_bytes(body).map_err(malformed)?;
                 ((snapshot, Commerce::new()), rest)
             }
-            SNAPSHOT_FORMAT_VERSION => postcard::take_from_bytes(body).map_err(malformed)?,
+            2 => postcard::take_from_bytes(body).map_err(malformed)?,
+            SNAPSHOT_FORMAT_VERSION => {
+                let ((snapshot, mut commerce, refused), rest): (SnapshotV3, &[u8]) =
+                    postcard::take_from_bytes(body).map_err(malformed)?;
+                commerce.refused_credits = refused;
+                ((snapshot, commerce), rest)
+            }
             other => return Err(DecodeError::UnsupportedVersion(other)),
         };
         if !rest.is_empty() {
@@ -342,6 +360,16 @@ fn check_commerce_keys(shard: &Shard, commerce: &Commerce) -> Result<(), DecodeE
         if *uuid != credit.uuid || !shard.owns(credit.target_wallet_id) {
             return Err(DecodeError::Invalid(
                 "payment credit keyed wrongly or not to this shard",
+            ));
+        }
+    }
+    for (uuid, refusal) in &commerce.refused_credits {
+        if *uuid != refusal.uuid
+            || !shard.owns(refusal.target_wallet_id)
+            || commerce.credits.contains_key(uuid)
+        {
+            return Err(DecodeError::Invalid(
+                "refused payment credit keyed wrongly, not to this shard, or also credited",
             ));
         }
     }

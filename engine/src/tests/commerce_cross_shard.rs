@@ -77,6 +77,7 @@ fn credit(h: &mut Harness, reservation: &PaymentReservation) -> Result<bool, Rej
         reservation,
     )))? {
         Outcome::PaymentCredited { duplicate, .. } => Ok(duplicate),
+        Outcome::PaymentCreditRefused { rejection } => Err(rejection),
         other => panic!("unexpected {other:?}"),
     }
 }
@@ -417,4 +418,188 @@ fn recovery_completes_pending_reservations_after_a_restart() {
     assert_eq!(t.a.balance(t.payer), dec("79.00"));
     assert_eq!(in_transit(&[&t.a.shard, &t.b.shard]), dec("0"));
     balanced(&t);
+}
+
+/// Issue 16, item 4: two confirms of one payment orchestrate the same reservation (the reserve is
+/// idempotent by payment). The merchant is frozen for the first one's credit and unfrozen before
+/// the second one's: the first decision on the target must be final, or the second credits what
+/// the first releases and money appears on the merchant's shard.
+#[test]
+fn issue_16_a_refused_credit_stays_refused_for_a_second_orchestrator() {
+    let mut t = two();
+    let payment = pay(&mut t.b, initiate(t.merchant, t.payer, "60", "USD"));
+    let first = reserve(&mut t, &payment);
+    let second = reserve(&mut t, &payment);
+    assert_eq!(first, second, "the reserve is idempotent by payment");
+    t.b.ok(Command::FreezeWallet {
+        wallet_id: t.merchant,
+    });
+    assert_eq!(credit(&mut t.b, &first), Err(Rejection::WalletFrozen));
+    t.b.ok(Command::UnfreezeWallet {
+        wallet_id: t.merchant,
+    });
+    let again = credit(&mut t.b, &second);
+    settle(
+        &mut t.a,
+        Command::PaymentReserveRelease {
+            reservation_uuid: first.uuid,
+        },
+    );
+    crate::shard::commerce::invariants::check_cross_shard_pairs(&[
+        t.a.shard.cross_shard_legs(),
+        t.b.shard.cross_shard_legs(),
+    ])
+    .unwrap();
+    assert_eq!(in_transit(&[&t.a.shard, &t.b.shard]), dec("0"));
+    assert_eq!(again.map_err(|r| r.code()), Err("invalid_state"));
+    assert_eq!(t.a.balance(t.payer), dec("100.00"));
+    assert_eq!(
+        t.b.shard.payment_view(payment.uuid).unwrap().status,
+        PaymentStatus::Pending
+    );
+    balanced(&t);
+}
+
+/// One orchestrator of a cross-shard payment move, stepped one command at a time.
+#[derive(Clone, Debug)]
+enum Step {
+    /// A confirm that has not reserved yet.
+    Confirm,
+    Reserved(PaymentReservation),
+    Credited(PaymentReservation, bool),
+    Done,
+}
+
+fn harness(t: &mut Two, wallet: WalletId) -> &mut Harness {
+    if shard_of(wallet.0, 2) == 0 {
+        &mut t.a
+    } else {
+        &mut t.b
+    }
+}
+
+/// Runs one step of `step`; what the runtime's orchestration does, one command at a time.
+fn advance(t: &mut Two, payment: &PaymentView, step: Step) -> Step {
+    match step {
+        Step::Confirm => match t
+            .a
+            .exec(Command::PaymentReserve(PaymentReserve::for_payment(
+                payment,
+            ))) {
+            Ok(Outcome::PaymentReserved { reservation, .. })
+                if reservation.state == TransferState::Reserved =>
+            {
+                Step::Reserved(reservation)
+            }
+            Ok(_) | Err(_) => Step::Done,
+        },
+        Step::Reserved(reservation) => {
+            let target = harness(t, reservation.target_wallet_id);
+            let credited = credit(target, &reservation).is_ok();
+            Step::Credited(reservation, credited)
+        }
+        Step::Credited(reservation, credited) => {
+            let reservation_uuid = reservation.uuid;
+            let command = if credited {
+                Command::PaymentReserveFinalize { reservation_uuid }
+            } else {
+                Command::PaymentReserveRelease { reservation_uuid }
+            };
+            let source = harness(t, reservation.source_wallet_id);
+            if let Err(rejection) = source.exec(command) {
+                panic!("settling {reservation:?} (credited: {credited}) was refused: {rejection}");
+            }
+            Step::Done
+        }
+        Step::Done => Step::Done,
+    }
+}
+
+/// Issue 16, item 4, model-based: concurrent confirms of one payment (each one's steps
+/// interleaved with the others'), merchant and payer freezes and unfreezes, and cross-shard
+/// refunds, in seeded random order. After every command no money is half-moved or created
+/// (`check_cross_shard_pairs`, each shard's invariants); at the end every move is settled, the
+/// in-transit accounts are empty and the balances are what the payment's final state says.
+#[test]
+fn issue_16_interleaved_confirms_freezes_and_refunds_never_create_money() {
+    for seed in 0..400u64 {
+        let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        let mut next = move |bound: u64| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state % bound
+        };
+        let mut t = two();
+        t.b.deposit(t.merchant, "50");
+        let payment = pay(&mut t.b, initiate(t.merchant, t.payer, "60", "USD"));
+        let mut steps = vec![Step::Confirm, Step::Confirm, Step::Confirm];
+        for _ in 0..40 {
+            match next(8) {
+                0 => {
+                    let _ = t.b.exec(Command::FreezeWallet {
+                        wallet_id: t.merchant,
+                    });
+                }
+                1 => {
+                    let _ = t.b.exec(Command::UnfreezeWallet {
+                        wallet_id: t.merchant,
+                    });
+                }
+                2 => {
+                    let wallet_id = t.payer;
+                    let _ = if next(2) == 0 {
+                        t.a.exec(Command::FreezeWallet { wallet_id })
+                    } else {
+                        t.a.exec(Command::UnfreezeWallet { wallet_id })
+                    };
+                }
+                3 => {
+                    if let Ok(Outcome::PaymentReserved { reservation, .. }) =
+                        t.b.exec(refund(payment.uuid, Some("10")))
+                    {
+                        steps.push(Step::Reserved(reservation));
+                    }
+                }
+                _ => {
+                    let index = usize::try_from(next(steps.len() as u64)).unwrap();
+                    let step = steps[index].clone();
+                    steps[index] = advance(&mut t, &payment, step);
+                }
+            }
+            let legs = [t.a.shard.cross_shard_legs(), t.b.shard.cross_shard_legs()];
+            if let Err(error) = crate::shard::commerce::invariants::check_cross_shard_pairs(&legs) {
+                panic!("seed {seed}: {error}");
+            }
+        }
+        // Everything settles once nobody is frozen.
+        let _ = t.a.exec(Command::UnfreezeWallet { wallet_id: t.payer });
+        let _ = t.b.exec(Command::UnfreezeWallet {
+            wallet_id: t.merchant,
+        });
+        for step in &mut steps {
+            while !matches!(step, Step::Done) {
+                *step = advance(&mut t, &payment, step.clone());
+            }
+        }
+        assert!(t.a.shard.pending_payment_reservations().is_empty());
+        assert!(t.b.shard.pending_payment_reservations().is_empty());
+        assert_eq!(
+            in_transit(&[&t.a.shard, &t.b.shard]),
+            dec("0"),
+            "seed {seed}"
+        );
+        balanced(&t);
+        let view = t.b.shard.payment_view(payment.uuid).unwrap();
+        let charged = if view.status == PaymentStatus::Pending {
+            dec("0")
+        } else {
+            dec("60")
+        };
+        assert_eq!(
+            t.a.balance(t.payer),
+            dec("100") - charged + view.refunded_amount,
+            "seed {seed}: the payer paid once at most, and got back what was refunded"
+        );
+    }
 }

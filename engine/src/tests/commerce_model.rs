@@ -597,25 +597,31 @@ fn a_version_1_snapshot_loads_with_empty_commerce_state() {
     let mut h = Harness::new();
     let wallet = h.create(1, "USD");
     h.deposit(wallet, "10");
-    let v2 = h.shard.snapshot_bytes();
-    assert_eq!(v2[0], crate::SNAPSHOT_FORMAT_VERSION);
-    // An empty commerce state is five sequence numbers (1) and seven empty maps: 12 bytes.
-    let (base, tail) = v2[1..].split_at(v2.len() - 1 - 12);
-    assert_eq!(tail, [1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0]);
+    let v3 = h.shard.snapshot_bytes();
+    assert_eq!(v3[0], crate::SNAPSHOT_FORMAT_VERSION);
+    // An empty commerce state is five sequence numbers (1) and seven empty maps: 12 bytes; then
+    // version 3's empty map of refused payment credits: 1 byte.
+    let (base, tail) = v3[1..].split_at(v3.len() - 1 - 13);
+    assert_eq!(tail, [1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0]);
     let mut v1 = vec![1u8];
     v1.extend_from_slice(base);
     let loaded = Shard::from_snapshot_bytes(&v1).unwrap();
     assert_eq!(loaded.state_digest(), h.shard.state_digest());
     loaded.check_invariants().unwrap();
-    // A version 1 body with a commerce tail is refused (trailing bytes), and so is version 3.
-    let mut padded = v2.clone();
+    // Version 2 is version 3 without the refused credits.
+    let mut v2 = vec![2u8];
+    v2.extend_from_slice(&v3[1..v3.len() - 1]);
+    let loaded = Shard::from_snapshot_bytes(&v2).unwrap();
+    assert_eq!(loaded.state_digest(), h.shard.state_digest());
+    // A version 1 body with a commerce tail is refused (trailing bytes), and so is version 4.
+    let mut padded = v3.clone();
     padded[0] = 1;
     assert!(Shard::from_snapshot_bytes(&padded).is_err());
-    let mut future = v2;
-    future[0] = 3;
+    let mut future = v3;
+    future[0] = 4;
     assert_eq!(
         Shard::from_snapshot_bytes(&future).unwrap_err(),
-        crate::DecodeError::UnsupportedVersion(3)
+        crate::DecodeError::UnsupportedVersion(4)
     );
 }
 

@@ -287,3 +287,42 @@ fn recovery_completes_reserved_transfers_after_restart() {
     a.shard.check_invariants().unwrap();
     b.shard.check_invariants().unwrap();
 }
+
+/// Issue 16, items 4 and 5: a refund of the debit of a transfer still reserved across shards
+/// would make its release impossible (the release mirrors that posting), so recovery could not
+/// finish it. The refund is refused until the transfer is settled.
+#[test]
+fn issue_16_a_reserved_transfer_debit_cannot_be_refunded() {
+    let (mut a, mut b) = two_shards();
+    let source = a.create(1, "EUR");
+    let target = b.create(2, "EUR");
+    a.deposit(source, "10");
+    b.ok(Command::FreezeWallet { wallet_id: target });
+    let reserved = reserve(
+        &mut a,
+        Command::TransferReserve(transfer(source, target, "10", "EUR")),
+    );
+    let debit = a
+        .shard
+        .wallet(source)
+        .unwrap()
+        .transactions()
+        .last()
+        .unwrap()
+        .uuid;
+    let refund = || {
+        Command::Refund(crate::shard::command::Refund {
+            original_transaction_uuid: debit,
+            amount: dec("4"),
+            reason: None,
+            details: crate::shard::command::Details::default(),
+        })
+    };
+    assert_eq!(a.reject(refund()).code(), "invalid_state");
+    a.ok(Command::TransferRelease {
+        transfer_uuid: reserved.uuid,
+    });
+    assert_eq!(a.balance(source), dec("10.00"));
+    // Released: the debit is reversed, so there is nothing left to refund.
+    assert_eq!(a.reject(refund()), Rejection::AlreadyReversed);
+}

@@ -35,7 +35,28 @@ fn entries_carry_the_lowest_version_that_holds_their_events() {
     });
     let commerce = entry(&h);
     let bytes = commerce.encode();
+    assert_eq!(bytes[0], 2, "commerce events need version 2");
+    assert_eq!(JournalEntry::decode(&bytes).unwrap(), commerce);
+
+    // A refused cross-shard credit (issue 16) needs version 3.
+    let refused = JournalEntry {
+        shard: 0,
+        events: vec![crate::Event::PaymentCreditRefused {
+            reservation_uuid: crate::Uuid([1; 16]),
+            payment_uuid: crate::Uuid([2; 16]),
+            target_wallet_id: merchant,
+            at_ms: 1,
+        }],
+        directory: Vec::new(),
+        idempotency: None,
+    };
+    let bytes = refused.encode();
     assert_eq!(bytes[0], JOURNAL_FORMAT_VERSION);
+    assert_eq!(JournalEntry::decode(&bytes).unwrap(), refused);
+    let mut older = bytes.clone();
+    older[0] = 2;
+    assert!(JournalEntry::decode(&older).is_err());
+    let bytes = commerce.encode();
     assert_eq!(JournalEntry::decode(&bytes).unwrap(), commerce);
 
     // Labelled version 1, it would claim to hold only what version 1 knew: refused.

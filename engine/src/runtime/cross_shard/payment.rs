@@ -173,6 +173,10 @@ impl Engine {
             )
             .await?;
         let (command, answer) = match &credited.result {
+            Ok(Outcome::PaymentCreditRefused { rejection }) | Err(rejection) => (
+                Command::PaymentReserveRelease { reservation_uuid },
+                Answer::Rejected(rejection.clone()),
+            ),
             Ok(_) => {
                 let answer = match reservation.kind {
                     // The payment lives on the target shard and is complete now (durable: the
@@ -191,10 +195,6 @@ impl Engine {
                 };
                 (Command::PaymentReserveFinalize { reservation_uuid }, answer)
             }
-            Err(rejection) => (
-                Command::PaymentReserveRelease { reservation_uuid },
-                Answer::Rejected(rejection.clone()),
-            ),
         };
         let refused = match &answer {
             Answer::Rejected(rejection) => Some(rejection.clone()),

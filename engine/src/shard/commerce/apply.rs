@@ -6,7 +6,7 @@ use rust_decimal::Decimal;
 
 use crate::commerce::payment::{
     IncomingPaymentCredit, Payment, PaymentLink, PaymentMoveKind, PaymentReservation,
-    PaymentStatus, QrCode,
+    PaymentStatus, QrCode, RefusedPaymentCredit,
 };
 use crate::commerce::payout::{
     Payout, PayoutAttempt, PayoutAttemptStatus, PayoutChange, Settlement, SettlementChange, Stamp,
@@ -90,6 +90,20 @@ impl Shard {
             Event::QrCreated(qr) => self.apply_qr_created(qr),
             Event::PaymentReserved(reservation) => self.apply_payment_reserved(reservation),
             Event::PaymentCredited(credit) => self.apply_payment_credited(credit),
+            Event::PaymentCreditRefused {
+                reservation_uuid,
+                payment_uuid,
+                target_wallet_id,
+                at_ms,
+            } => {
+                let refusal = RefusedPaymentCredit {
+                    uuid: *reservation_uuid,
+                    payment_uuid: *payment_uuid,
+                    target_wallet_id: *target_wallet_id,
+                    refused_at_ms: *at_ms,
+                };
+                self.apply_payment_credit_refused(refusal)
+            }
             Event::PaymentReserveFinalized {
                 reservation_uuid,
                 at_ms,
@@ -273,6 +287,23 @@ impl Shard {
             ));
         }
         self.commerce.credits.insert(credit.uuid, credit.clone());
+        Ok(())
+    }
+
+    fn apply_payment_credit_refused(
+        &mut self,
+        refusal: RefusedPaymentCredit,
+    ) -> Result<(), ApplyError> {
+        if self.commerce.credits.contains_key(&refusal.uuid)
+            || self.commerce.refused_credits.contains_key(&refusal.uuid)
+            || !self.owns(refusal.target_wallet_id)
+        {
+            return Err(ApplyError::new(
+                "payment credit refused after a decision, or not for this shard",
+                refusal.target_wallet_id.0,
+            ));
+        }
+        self.commerce.refused_credits.insert(refusal.uuid, refusal);
         Ok(())
     }
 

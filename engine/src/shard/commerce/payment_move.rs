@@ -113,6 +113,16 @@ impl Shard {
                 "reservation already credited with other details",
             ));
         }
+        if self
+            .commerce
+            .refused_credits
+            .contains_key(&request.reservation_uuid)
+        {
+            // The first decision is final: its reservation is being (or was) released.
+            return Err(Rejection::InvalidState(
+                "the credit of this reservation was refused before",
+            ));
+        }
         if request.source_wallet_id == request.target_wallet_id {
             return Err(Rejection::InvalidRequest(
                 "source and target are the same wallet",
@@ -185,6 +195,46 @@ impl Shard {
             credited_at_ms: draft.now_ms(),
         })));
         Ok(())
+    }
+
+    /// What a refused [`PaymentCredit`] logs: the refusal, so every later credit of the same
+    /// reservation is refused too (see `commerce::payment`). `None` when nothing is to be
+    /// recorded: the reservation was decided before (credited or refused), or the rejection is
+    /// about the request's shape (it names records that do not exist or do not match, which never
+    /// changes), so a repeat of the same request is refused the same way without a record and a
+    /// malformed request cannot decide a reservation it does not describe.
+    pub(crate) fn payment_credit_refusal(
+        &self,
+        request: &PaymentCredit,
+        rejection: &Rejection,
+        now_ms: i64,
+    ) -> Option<Event> {
+        let decided = self
+            .commerce
+            .credits
+            .contains_key(&request.reservation_uuid)
+            || self
+                .commerce
+                .refused_credits
+                .contains_key(&request.reservation_uuid);
+        let about_the_request = matches!(
+            rejection,
+            Rejection::UnknownCurrency
+                | Rejection::InvalidRequest(_)
+                | Rejection::WrongShard(_)
+                | Rejection::NotFound(_)
+                | Rejection::CurrencyMismatch
+                | Rejection::InvalidAmount(_)
+        );
+        if decided || about_the_request || !self.owns(request.target_wallet_id) {
+            return None;
+        }
+        Some(Event::PaymentCreditRefused {
+            reservation_uuid: request.reservation_uuid,
+            payment_uuid: request.payment_uuid,
+            target_wallet_id: request.target_wallet_id,
+            at_ms: now_ms,
+        })
     }
 
     pub(crate) fn decide_reservation_finalize(

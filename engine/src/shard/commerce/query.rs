@@ -6,6 +6,7 @@
 
 use crate::commerce::payment::{
     IncomingPaymentCredit, Payment, PaymentLink, PaymentReservation, PaymentStatus, QrCode,
+    RefusedPaymentCredit,
 };
 use crate::commerce::payout::{Payout, PayoutStatus, Settlement, SettlementStatus};
 use crate::commerce::view::{PaymentLinkView, PaymentView, PayoutView, QrView, SettlementView};
@@ -248,6 +249,12 @@ impl Shard {
     #[must_use]
     pub fn incoming_payment_credit(&self, uuid: Uuid) -> Option<&IncomingPaymentCredit> {
         self.commerce.credits.get(&uuid)
+    }
+
+    /// The refusal this shard logged for reservation `uuid`'s credit, if it refused it.
+    #[must_use]
+    pub fn refused_payment_credit(&self, uuid: Uuid) -> Option<&RefusedPaymentCredit> {
+        self.commerce.refused_credits.get(&uuid)
     }
 
     /// Payment reservations still `reserved` (neither finalized nor released), in uuid order:

@@ -71,6 +71,7 @@ pub(crate) fn validate(event: &Event) -> Result<(), &'static str> {
             positive(credit.amount) && credit.source_wallet_id != credit.target_wallet_id,
             "a payment credit needs a positive amount and two wallets",
         ),
+        Event::PaymentCreditRefused { .. } => Ok(()),
         Event::PayoutCreated(payout) => validate_payout(payout),
         Event::PayoutChanged { change, .. } => ensure(
             match change {

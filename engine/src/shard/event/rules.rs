@@ -136,6 +136,7 @@ impl Event {
             | Self::TransferFinalized { .. }
             | Self::TransferReleased { .. }
             | Self::BalanceVerified { .. } => 1,
+            Self::PaymentCreditRefused { .. } => 3,
             _ => 2,
         }
     }

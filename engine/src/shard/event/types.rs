@@ -16,7 +16,7 @@ use crate::values::currency::Currency;
 use crate::values::ids::{EntryId, HoldId, PayoutId, SettlementId, TransactionId, Uuid, WalletId};
 
 /// First byte of every encoded event batch.
-pub const EVENT_FORMAT_VERSION: u8 = 2;
+pub const EVENT_FORMAT_VERSION: u8 = 3;
 
 /// The oldest version [`decode`] still reads.
 pub const EVENT_FORMAT_VERSION_MIN: u8 = 1;
@@ -157,6 +157,15 @@ pub enum Event {
     SettlementChanged {
         settlement_id: SettlementId,
         change: SettlementChange,
+        at_ms: i64,
+    },
+    // ----- version 3 -----
+    /// The target shard refused a cross-shard payment credit; later credits of the reservation
+    /// are refused too (the first decision is final).
+    PaymentCreditRefused {
+        reservation_uuid: Uuid,
+        payment_uuid: Uuid,
+        target_wallet_id: WalletId,
         at_ms: i64,
     },
 }

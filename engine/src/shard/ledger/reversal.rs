@@ -4,6 +4,8 @@
 //! transfer debit side, hold capture), funded by the currency's float account: the operator returns
 //! money from outside, the original counterparty is not debited. The refunds of one original never
 //! exceed it (`refund_exceeds_original`); the running total is kept on the original transaction.
+//! Refused (`invalid_state`) while the original is the debit of a cross-shard transfer still
+//! `reserved`: the transfer's release mirrors that posting, which a refund would make impossible.
 //!
 //! **Reversal** (`POST /wallets/reverse`): mirrors every entry of the original *posting* (all wallets,
 //! system accounts included: reversing one side of a transfer reverses both), each mirror an entry
@@ -25,6 +27,7 @@ use rust_decimal::Decimal;
 use crate::ledger::transaction::{
     Direction, EntryRef, LedgerEntry, Transaction, TransactionText, TransactionType,
 };
+use crate::ledger::transfer::TransferState;
 use crate::ledger::wallet::{Wallet, WalletType};
 use crate::shard::command::Refund;
 use crate::shard::event::Event;
@@ -84,6 +87,17 @@ impl Shard {
         }
         if original.reversed_by_transaction_id.is_some() {
             return Err(Rejection::AlreadyReversed);
+        }
+        let reserved = original.transfer_uuid.is_some_and(|uuid| {
+            self.transfers_out
+                .get(&uuid)
+                .is_some_and(|transfer| transfer.state == TransferState::Reserved)
+        });
+        if reserved {
+            // Its release mirrors the reserve posting, which a refund would block (issue 16).
+            return Err(Rejection::InvalidState(
+                "the transaction's cross-shard transfer is still reserved",
+            ));
         }
         let refunded = original
             .refunded_amount
