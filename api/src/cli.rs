@@ -349,8 +349,42 @@ pub(crate) fn private_data_dir(data_dir: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Exit code of a fail-stop (EX_SOFTWARE): the process found itself unusable and stopped; a
+/// supervisor restarts it and recovery rebuilds the state from the log.
+pub const FAIL_STOP_EXIT_CODE: i32 = 70;
+
+/// How often the watchdog looks for a failed log or shard.
+const WATCHDOG_EVERY: std::time::Duration = std::time::Duration::from_millis(50);
+
+/// Logs `reason` loudly and exits with [`FAIL_STOP_EXIT_CODE`], without draining: the log holds
+/// every acknowledged operation, and nothing more may be answered.
+fn fail_stop(reason: &str) -> ! {
+    tracing::error!(
+        reason,
+        "fail-stop: the engine is unusable; exiting for a restart"
+    );
+    eprintln!("walletd: fail-stop: {reason}; exiting with {FAIL_STOP_EXIT_CODE} for a restart");
+    std::process::exit(FAIL_STOP_EXIT_CODE)
+}
+
+/// A panic anywhere (a handler, a shard's actor, the log's writer) stops the process: logged,
+/// then aborted, so no thread is left serving half a service. The release profile aborts on
+/// panic too (`panic = "abort"`); the hook makes every build do so, with a message first.
+fn install_panic_hook() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let thread = std::thread::current();
+        let name = thread.name().unwrap_or("unnamed");
+        tracing::error!(thread = name, panic = %info, "fail-stop: a thread panicked; aborting");
+        default(info);
+        eprintln!("walletd: fail-stop: thread '{name}' panicked; aborting for a restart");
+        std::process::abort();
+    }));
+}
+
 fn serve(args: ServeArgs) -> anyhow::Result<()> {
     init_logging(&args.log);
+    install_panic_hook();
     if let Some(password) = &args.admin_password {
         crate::handlers::identity::check_password(password).map_err(|_| {
             anyhow::anyhow!("WALLETD_ADMIN_PASSWORD must be 8 to 128 characters, like every password; refusing to start")
@@ -435,10 +469,21 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
                 }
             })
         };
+        // Fail-stop (ARCHITECTURE.md invariant 11): a poisoned log or a failed shard stops the
+        // process with a clear message and FAIL_STOP_EXIT_CODE, for the supervisor to restart it;
+        // recovery then rebuilds every acknowledged operation from the log.
+        let watchdog = {
+            let engine = engine.clone();
+            tokio::spawn(async move {
+                let reason = engine.watch_failure(WATCHDOG_EVERY).await;
+                fail_stop(&reason);
+            })
+        };
         println!("walletd listening on http://{address}");
         tracing::info!(%address, data_dir = %args.data.data_dir.display(), "serving");
         crate::server::serve(listener, app, shutdown_signal()).await;
         sweeper.abort();
+        watchdog.abort();
         anyhow::Ok(())
     });
     runtime.shutdown_timeout(std::time::Duration::from_secs(5));

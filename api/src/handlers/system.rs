@@ -17,6 +17,10 @@ pub async fn health(app: &SharedApp) -> Handled {
     if !app.ready.load(Ordering::SeqCst) {
         return Err(ApiError::unavailable("shutting down"));
     }
+    // A failed log or shard: unusable until a restart (the watchdog is stopping the process).
+    if let Some(reason) = app.engine.failure() {
+        return Err(ApiError::unavailable(reason));
+    }
     let (last_lsn, durable_lsn) = app.engine.lsns();
     ok(
         StatusCode::OK,

@@ -154,6 +154,9 @@ pub struct ShardActor {
     last_lsn: u64,
     /// Set when memory and log may disagree; every later message is refused.
     failed: Option<String>,
+    /// The engine's first failure, shared by every shard: [`super::Engine::failure`] reports it
+    /// so the process can stop (fail-stop, ARCHITECTURE.md invariant 11).
+    failure: Arc<std::sync::OnceLock<String>>,
     hold_tick: Duration,
 }
 
@@ -167,6 +170,7 @@ impl ShardActor {
         idempotency: Arc<IdempotencyTable>,
         renderer: Arc<dyn Renderer>,
         hold_tick: Duration,
+        failure: Arc<std::sync::OnceLock<String>>,
     ) -> Self {
         let last_lsn = wal.last_lsn();
         ShardActor {
@@ -178,6 +182,7 @@ impl ShardActor {
             renderer,
             last_lsn,
             failed: None,
+            failure,
             hold_tick,
         }
     }
@@ -185,6 +190,10 @@ impl ShardActor {
     fn fail(&mut self, reason: String) -> EngineError {
         tracing::error!(shard = self.shard.shard_index(), reason = %reason, "shard stopped accepting commands; restart the process to recover from the log");
         self.failed = Some(reason.clone());
+        let _ = self.failure.set(format!(
+            "shard {} failed: {reason}",
+            self.shard.shard_index()
+        ));
         EngineError::Unavailable(reason)
     }
 

@@ -34,6 +34,8 @@ pub(crate) struct Inner {
     pub(crate) idempotency: Arc<IdempotencyTable>,
     pub(crate) config: EngineConfig,
     pub(crate) system: actix::System,
+    /// The first shard failure (memory and log may disagree), set by the shard.
+    pub(crate) failure: Arc<std::sync::OnceLock<String>>,
     pub(crate) actors: Mutex<Option<JoinHandle<()>>>,
     /// History on disk and the indexer that files it.
     pub(crate) history: History,
@@ -140,6 +142,38 @@ impl Engine {
     #[must_use]
     pub fn lsns(&self) -> (u64, u64) {
         (self.inner.wal.last_lsn(), self.inner.wal.durable_lsn())
+    }
+
+    /// Why the engine can no longer serve, if it cannot: the log is poisoned (a write or fsync
+    /// failed), a shard failed (memory and log may disagree), or a shard's actor is gone (its
+    /// thread panicked). Nothing clears it but a restart, whose recovery rebuilds from the log:
+    /// the process should stop (fail-stop, ARCHITECTURE.md invariant 11) instead of serving half
+    /// a service; see [`Engine::watch_failure`].
+    #[must_use]
+    pub fn failure(&self) -> Option<String> {
+        if self.inner.wal.is_poisoned() {
+            return Some("the write-ahead log failed and is poisoned".into());
+        }
+        if let Some(reason) = self.inner.failure.get() {
+            return Some(reason.clone());
+        }
+        self.inner
+            .shards
+            .iter()
+            .position(|shard| !shard.connected())
+            .map(|index| format!("shard {index} stopped (its actor is gone)"))
+    }
+
+    /// Resolves with [`Engine::failure`]'s reason once there is one, checking every `every`.
+    /// A watchdog: the caller logs the reason and exits.
+    pub async fn watch_failure(&self, every: std::time::Duration) -> String {
+        let mut tick = tokio::time::interval(every);
+        loop {
+            tick.tick().await;
+            if let Some(reason) = self.failure() {
+                return reason;
+            }
+        }
     }
 
     /// Commands queued at or running on each shard, in shard order.

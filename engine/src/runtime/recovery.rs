@@ -503,6 +503,8 @@ fn start(
     let actor_wal = wal.clone();
     let actor_clock = clock.clone();
     let actor_table = table.clone();
+    let failure = Arc::new(std::sync::OnceLock::new());
+    let actor_failure = Arc::clone(&failure);
     let capacity = config.mailbox_capacity;
     let hold_tick = config.hold_tick;
     let handle = std::thread::Builder::new()
@@ -527,6 +529,7 @@ fn start(
                     actor_table.clone(),
                     renderer.clone(),
                     hold_tick,
+                    Arc::clone(&actor_failure),
                 );
                 addrs.push(ShardActor::start_in_arbiter(
                     &arbiter.handle(),
@@ -568,6 +571,7 @@ fn start(
             idempotency: table,
             config,
             system,
+            failure,
             actors: Mutex::new(Some(handle)),
             history,
             store,
