@@ -28,6 +28,8 @@ pub struct Cli {
     pub command: Option<Command>,
 }
 
+// Parsed once at start: the size of the serve variant costs nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Serve the HTTP API (the default).
