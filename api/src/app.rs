@@ -64,7 +64,7 @@ impl App {
         Ok(App {
             engine,
             tokens,
-            token_ttl_secs: 3600,
+            token_ttl_secs: crate::auth::token::LIFETIME_MAX_SECS,
             hasher,
             limiter: RateLimiter::new(),
             rate_limits,

@@ -28,7 +28,7 @@ pub struct Cli {
     pub command: Option<Command>,
 }
 
-// Parsed once at start; boxing the large variant would buy nothing.
+// Parsed once at start: the size of the serve variant costs nothing.
 #[allow(clippy::large_enum_variant)]
 #[derive(Subcommand, Debug)]
 pub enum Command {

@@ -71,6 +71,14 @@ pub struct Options {
     pub rate_limits: bool,
     /// `WALLETD_SHARDS` (fixed for the life of a data dir); `None` is the server's default, 1.
     pub shards: Option<u32>,
+    /// Extra environment, set after (so over) the defaults above, e.g.
+    /// `("WALLETD_CONNECTIONS_PER_ADDRESS", "8")`.
+    pub env: Vec<(&'static str, String)>,
+    /// Start under this umask (through `sh -c 'umask ..; exec walletd ..'`).
+    pub umask: Option<u32>,
+    /// No `WALLETD_JWT_SECRET` and `WALLETD_WEBHOOK_SECRET`: the server keeps its keys in the
+    /// data dir (`jwt-secret`, `webhook-secret`).
+    pub kept_keys: bool,
 }
 
 /// The `walletd` binary (built or found once per process; see the module docs).
@@ -217,7 +225,17 @@ impl Server {
 
     /// The command line of `walletd serve` on this server's data dir (not started).
     pub fn serve_command(&self) -> Command {
-        let mut command = Command::new(walletd_binary());
+        let mut command = match self.options.umask {
+            None => Command::new(walletd_binary()),
+            Some(mask) => {
+                let mut wrapped = Command::new("sh");
+                wrapped
+                    .arg("-c")
+                    .arg(format!("umask {mask:03o}; exec \"$0\" \"$@\""))
+                    .arg(walletd_binary());
+                wrapped
+            }
+        };
         command
             .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
             .arg(self.data.path())
@@ -243,6 +261,14 @@ impl Server {
             .stdin(Stdio::null());
         if let Some(shards) = self.options.shards {
             command.env("WALLETD_SHARDS", shards.to_string());
+        }
+        if self.options.kept_keys {
+            command
+                .env_remove("WALLETD_JWT_SECRET")
+                .env_remove("WALLETD_WEBHOOK_SECRET");
+        }
+        for (name, value) in &self.options.env {
+            command.env(name, value);
         }
         command
     }

@@ -23,7 +23,7 @@ const DOCUMENT: &str = include_str!("../../api/openapi.json");
 const ENGINE_ERRORS: &str = include_str!("../../engine/src/values/error.rs");
 
 /// Codes the API answers besides the engine's rejections (api/src/error.rs, handlers, server).
-const API_CODES: [&str; 15] = [
+const API_CODES: [&str; 20] = [
     "malformed_json",
     "bad_request",
     "validation_failed",
@@ -39,6 +39,11 @@ const API_CODES: [&str; 15] = [
     "internal_error",
     "unavailable",
     "duplicate",
+    "too_many_failed_logins",
+    "too_many_connections",
+    "request_timeout",
+    "timeout",
+    "busy",
 ];
 
 #[derive(Debug)]
