@@ -1,7 +1,7 @@
 //! Everything a request handler can reach: the engine, the token key, limiters, counters.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use dashmap::DashMap;
 use engine::runtime::Engine;
@@ -14,6 +14,14 @@ use crate::fees::FeeSchedule;
 use crate::metrics::Metrics;
 use crate::ratelimit::RateLimiter;
 use crate::routes::Router;
+
+/// Default of the connections one client address may hold open at once: beyond it a new
+/// connection is answered 429 and closed, so one client cannot take the global slots.
+pub const CONNECTIONS_PER_ADDRESS_MAX: usize = 256;
+/// Default wait for a request body once its headers are in (slow-body clients): then 408.
+pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(30);
+/// Default time a handler may take before its client is answered 503 `timeout`.
+pub const HANDLER_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Most verified tokens remembered before the cache is cleared.
 pub const VERIFIED_TOKENS_MAX: usize = 100_000;
@@ -77,9 +85,9 @@ impl App {
             fees: FeeSchedule::default(),
             webhook_secret: Vec::new(),
             failed_logins: FailedLogins::new(),
-            connections_per_address: crate::server::CONNECTIONS_PER_ADDRESS_MAX,
-            body_read_timeout: crate::server::BODY_READ_TIMEOUT,
-            handler_timeout: crate::server::HANDLER_TIMEOUT,
+            connections_per_address: CONNECTIONS_PER_ADDRESS_MAX,
+            body_read_timeout: BODY_READ_TIMEOUT,
+            handler_timeout: HANDLER_TIMEOUT,
         })
     }
 

@@ -150,7 +150,7 @@ pub struct ServeArgs {
     pub snapshot_every: u64,
     /// Connections one client address may hold open at once; beyond it new ones are answered
     /// 429 and closed (the global cap is 4096).
-    #[arg(long, env = "WALLETD_CONNECTIONS_PER_ADDRESS", default_value_t = crate::server::CONNECTIONS_PER_ADDRESS_MAX)]
+    #[arg(long, env = "WALLETD_CONNECTIONS_PER_ADDRESS", default_value_t = crate::app::CONNECTIONS_PER_ADDRESS_MAX)]
     pub connections_per_address: usize,
     /// Longest wait in milliseconds for a request body once its headers are in: then 408.
     #[arg(long, env = "WALLETD_BODY_READ_TIMEOUT_MS", default_value_t = 30_000)]

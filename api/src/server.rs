@@ -45,13 +45,6 @@ pub const AUTH_BODY_BYTES_MAX: usize = 16 << 10;
 pub const REQUEST_ID_MAX: usize = 128;
 /// Connections served at once; the accept loop waits for a free slot beyond that.
 pub const CONNECTIONS_MAX: usize = 4096;
-/// Default of the connections one client address may hold open at once: beyond it a new
-/// connection is answered 429 and closed, so one client cannot take the global slots.
-pub const CONNECTIONS_PER_ADDRESS_MAX: usize = 256;
-/// Default wait for a request body once its headers are in (slow-body clients): then 408.
-pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(30);
-/// Default time a handler may take before its client is answered 503 `timeout`.
-pub const HANDLER_TIMEOUT: Duration = Duration::from_secs(30);
 /// Time a client may take to send its request headers.
 pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
 

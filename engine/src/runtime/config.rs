@@ -1,7 +1,6 @@
 //! The engine's settings, the errors it answers with, and what the API hands it (a renderer for
 //! idempotent answers, idempotency keys).
 
-use crate::runtime::history::HistoryConfig;
 use crate::shard::command::Outcome;
 use crate::values::error::Rejection;
 use std::path::PathBuf;
@@ -111,4 +110,25 @@ pub struct Reply {
 
 pub(crate) fn unavailable(error: impl std::fmt::Display) -> EngineError {
     EngineError::Unavailable(error.to_string())
+}
+
+/// Settings of the history store and its indexer.
+#[derive(Clone, Debug)]
+pub struct HistoryConfig {
+    /// How often the store commits durably (a checkpoint); the WAL keeps what came after.
+    pub checkpoint_every: Duration,
+    /// The store's page cache.
+    pub cache_bytes: usize,
+    /// Batches of durable records that may wait for the indexer before the WAL writer waits.
+    pub queue_batches_max: usize,
+}
+
+impl Default for HistoryConfig {
+    fn default() -> Self {
+        HistoryConfig {
+            checkpoint_every: Duration::from_secs(1),
+            cache_bytes: 64 << 20,
+            queue_batches_max: 16,
+        }
+    }
 }

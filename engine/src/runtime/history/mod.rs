@@ -24,34 +24,13 @@ mod reads;
 pub mod store;
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use tokio::sync::watch;
 
 pub use self::indexer::Progress;
 pub use self::store::{HistoryStore, StoreError, StorePage, WalletCounts, STORE_DIR};
 use crate::runtime::config::EngineError;
-
-/// Settings of the history store and its indexer.
-#[derive(Clone, Debug)]
-pub struct HistoryConfig {
-    /// How often the store commits durably (a checkpoint); the WAL keeps what came after.
-    pub checkpoint_every: Duration,
-    /// The store's page cache.
-    pub cache_bytes: usize,
-    /// Batches of durable records that may wait for the indexer before the WAL writer waits.
-    pub queue_batches_max: usize,
-}
-
-impl Default for HistoryConfig {
-    fn default() -> Self {
-        HistoryConfig {
-            checkpoint_every: Duration::from_secs(1),
-            cache_bytes: 64 << 20,
-            queue_batches_max: 16,
-        }
-    }
-}
+pub use crate::runtime::config::HistoryConfig;
 
 /// The read side of history: the store and the indexer's progress. Cheap to clone.
 #[derive(Clone, Debug)]
