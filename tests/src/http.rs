@@ -94,9 +94,22 @@ pub fn send(
     if let Some(body) = body {
         request.extend_from_slice(body);
     }
-    stream.write_all(&request)?;
-    stream.flush()?;
-    read_response(stream)
+    // A server may answer before it has read the whole body (413 for a declared length over
+    // the limit) and close; like a real client, still read its answer when the rest of the
+    // request could not be written.
+    let written = stream.write_all(&request).and_then(|()| stream.flush());
+    match written {
+        Ok(()) => read_response(stream),
+        Err(error)
+            if matches!(
+                error.kind(),
+                io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionReset
+            ) =>
+        {
+            read_response(stream).map_err(|_| error)
+        }
+        Err(error) => Err(error),
+    }
 }
 
 fn invalid(message: impl Into<String>) -> io::Error {

@@ -306,7 +306,7 @@ fn a_body_over_one_mebibyte_is_413_and_changes_nothing() {
     let before = f.balance_text(wallet);
     let prefix = r#"{"amount": 1, "description": ""#;
     let suffix = r#""}"#;
-    // One byte over the cap: the server reads it all, so it answers rather than resets.
+    // One byte over the cap: refused from the declared length, before the body is read.
     let filler = (1 << 20) + 1 - prefix.len() - suffix.len();
     let body = format!("{prefix}{}{suffix}", "x".repeat(filler));
     assert_eq!(body.len(), (1 << 20) + 1);

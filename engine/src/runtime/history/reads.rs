@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use super::{unavailable, History, HistoryStore};
+use super::{unavailable, History, HistoryStore, StoreError, StorePage};
 use crate::ledger::transaction::Hash;
 use crate::ledger::view::{EntryView, HoldView, Holder, TransactionView};
 use crate::runtime::config::EngineError;
@@ -40,30 +40,41 @@ impl Engine {
         Ok(holder)
     }
 
+    /// One page of a wallet's history from the store, each record shown with the wallet's facts.
+    async fn store_page<T, V>(
+        &self,
+        wallet_id: WalletId,
+        read: impl FnOnce(&HistoryStore) -> Result<StorePage<T>, StoreError>,
+        view: impl Fn(Holder, &T) -> V,
+    ) -> Result<Result<Paged<V>, Rejection>, EngineError> {
+        let holder = match self.holder_caught_up(wallet_id).await? {
+            Ok(holder) => holder,
+            Err(rejection) => return Ok(Err(rejection)),
+        };
+        let found = read(self.inner.history.store()).map_err(unavailable)?;
+        Ok(Ok(Paged {
+            records: found
+                .records
+                .iter()
+                .map(|record| view(holder, record))
+                .collect(),
+            total: found.total,
+        }))
+    }
+
     /// A wallet's transactions, newest first.
     pub async fn transactions_page(
         &self,
         wallet_id: WalletId,
         page: Page,
     ) -> Result<Result<Paged<TransactionView>, Rejection>, EngineError> {
-        let holder = match self.holder_caught_up(wallet_id).await? {
-            Ok(holder) => holder,
-            Err(rejection) => return Ok(Err(rejection)),
-        };
-        let found = self
-            .inner
-            .history
-            .store()
-            .transactions_page(wallet_id, page.offset() as u64, u64::from(page.per_page()))
-            .map_err(unavailable)?;
-        Ok(Ok(Paged {
-            records: found
-                .records
-                .iter()
-                .map(|transaction| TransactionView::of(holder, transaction))
-                .collect(),
-            total: found.total,
-        }))
+        let (offset, per_page) = (page.offset() as u64, u64::from(page.per_page()));
+        self.store_page(
+            wallet_id,
+            |store| store.transactions_page(wallet_id, offset, per_page),
+            TransactionView::of,
+        )
+        .await
     }
 
     /// A wallet's ledger (statement), newest first, optionally only entries created within
@@ -75,30 +86,13 @@ impl Engine {
         from_ms: Option<i64>,
         to_ms: Option<i64>,
     ) -> Result<Result<Paged<EntryView>, Rejection>, EngineError> {
-        let holder = match self.holder_caught_up(wallet_id).await? {
-            Ok(holder) => holder,
-            Err(rejection) => return Ok(Err(rejection)),
-        };
-        let found = self
-            .inner
-            .history
-            .store()
-            .entries_page(
-                wallet_id,
-                page.offset() as u64,
-                u64::from(page.per_page()),
-                from_ms,
-                to_ms,
-            )
-            .map_err(unavailable)?;
-        Ok(Ok(Paged {
-            records: found
-                .records
-                .iter()
-                .map(|(prev_hash, entry)| EntryView::of(holder, entry, *prev_hash))
-                .collect(),
-            total: found.total,
-        }))
+        let (offset, per_page) = (page.offset() as u64, u64::from(page.per_page()));
+        self.store_page(
+            wallet_id,
+            |store| store.entries_page(wallet_id, offset, per_page, from_ms, to_ms),
+            |holder, (prev_hash, entry)| EntryView::of(holder, entry, *prev_hash),
+        )
+        .await
     }
 
     /// A wallet's holds in every state, newest first.
@@ -107,24 +101,13 @@ impl Engine {
         wallet_id: WalletId,
         page: Page,
     ) -> Result<Result<Paged<HoldView>, Rejection>, EngineError> {
-        let holder = match self.holder_caught_up(wallet_id).await? {
-            Ok(holder) => holder,
-            Err(rejection) => return Ok(Err(rejection)),
-        };
-        let found = self
-            .inner
-            .history
-            .store()
-            .holds_page(wallet_id, page.offset() as u64, u64::from(page.per_page()))
-            .map_err(unavailable)?;
-        Ok(Ok(Paged {
-            records: found
-                .records
-                .iter()
-                .map(|hold| HoldView::of(holder, hold))
-                .collect(),
-            total: found.total,
-        }))
+        let (offset, per_page) = (page.offset() as u64, u64::from(page.per_page()));
+        self.store_page(
+            wallet_id,
+            |store| store.holds_page(wallet_id, offset, per_page),
+            HoldView::of,
+        )
+        .await
     }
 
     /// `replay --verify`: the store holds exactly the history the shards hold (every transaction,
