@@ -146,6 +146,7 @@ impl ApiError {
             R::PaymentLinkExpired => StatusCode::CONFLICT,
             R::FourEyes => StatusCode::FORBIDDEN,
             R::WrongShard(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            R::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             _ => StatusCode::UNPROCESSABLE_ENTITY,
         };
         if status == StatusCode::INTERNAL_SERVER_ERROR {

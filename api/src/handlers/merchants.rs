@@ -209,7 +209,8 @@ pub async fn transactions(app: &SharedApp, call: &Call) -> Handled {
             s.merchant_transactions_page(merchant_id, requested)
         })
         .await
-        .map_err(engine_error)?;
+        .map_err(engine_error)?
+        .map_err(|rejection| ApiError::from_rejection(&rejection))?;
     let records = paged.records.iter().map(views::transaction).collect();
     ok(
         StatusCode::OK,

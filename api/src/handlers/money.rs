@@ -108,17 +108,18 @@ async fn wallet_of_transaction(
 ) -> Result<WalletScope, ApiError> {
     let shard = app
         .engine
-        .find(uuid, |s, u| s.locate_transaction(u).is_some())
+        .find(uuid, |s, u| s.holds_transaction(u))
         .await
         .map_err(engine_error)?;
     let wallet = app
         .engine
         .peek_shard(shard, move |s| {
-            let (wallet_id, _) = s.locate_transaction(uuid)?;
-            s.wallet(wallet_id).map(WalletScope::of)
+            let found = s.locate_transaction(uuid)?;
+            Ok(found.and_then(|(wallet_id, _)| s.wallet(wallet_id).map(WalletScope::of)))
         })
         .await
         .map_err(engine_error)?
+        .map_err(|rejection: engine::Rejection| ApiError::from_rejection(&rejection))?
         .ok_or_else(|| ApiError::not_found("transaction"))?;
     call.principal()?
         .require(call.op.route().tier, Scope::of_wallet_scope(&wallet))?;
@@ -136,15 +137,21 @@ async fn wallets_of_posting(
 ) -> Result<Vec<WalletScope>, ApiError> {
     let shard = app
         .engine
-        .find(uuid, |s, u| s.locate_transaction(u).is_some())
+        .find(uuid, |s, u| s.holds_transaction(u))
         .await
         .map_err(engine_error)?;
     let wallets = app
         .engine
         .peek_shard(shard, move |s| {
-            let (wallet_id, transaction_id) = s.locate_transaction(uuid)?;
-            let holder = s.wallet(wallet_id)?;
-            let transaction = holder.transaction(transaction_id)?;
+            let Some((wallet_id, transaction_id)) = s.locate_transaction(uuid)? else {
+                return Ok(None);
+            };
+            let Some(holder) = s.wallet(wallet_id) else {
+                return Ok(None);
+            };
+            let Some(transaction) = s.transaction_record(holder, transaction_id)? else {
+                return Ok(None);
+            };
             let mut wallets = vec![WalletScope::of(holder)];
             for leg in &transaction.legs {
                 let Some(wallet) = s.wallet(leg.wallet_id) else {
@@ -154,10 +161,11 @@ async fn wallets_of_posting(
                     wallets.push(WalletScope::of(wallet));
                 }
             }
-            Some(wallets)
+            Ok(Some(wallets))
         })
         .await
         .map_err(engine_error)?
+        .map_err(|rejection: engine::Rejection| ApiError::from_rejection(&rejection))?
         .ok_or_else(|| ApiError::not_found("transaction"))?;
     let principal = call.principal()?;
     for wallet in &wallets {
@@ -261,17 +269,18 @@ pub async fn close_hold(app: &SharedApp, call: &Call) -> Handled {
     let uuid = call.uuid_param("holdUuid", "hold")?;
     let shard = app
         .engine
-        .find(uuid, |s, u| s.locate_hold(u).is_some())
+        .find(uuid, |s, u| s.holds_hold(u))
         .await
         .map_err(engine_error)?;
     let wallet = app
         .engine
         .peek_shard(shard, move |s| {
-            let (wallet_id, _) = s.locate_hold(uuid)?;
-            s.wallet(wallet_id).map(WalletScope::of)
+            let found = s.locate_hold(uuid)?;
+            Ok(found.and_then(|(wallet_id, _)| s.wallet(wallet_id).map(WalletScope::of)))
         })
         .await
         .map_err(engine_error)?
+        .map_err(|rejection: engine::Rejection| ApiError::from_rejection(&rejection))?
         .ok_or_else(|| ApiError::not_found("hold"))?;
     call.principal()?
         .require(call.op.route().tier, Scope::of_wallet_scope(&wallet))?;

@@ -205,7 +205,10 @@ pub async fn report(app: &SharedApp, call: &Call) -> Handled {
             let shards = engine
                 .read_all(move |s| s.transaction_report(&range))
                 .await
-                .map_err(engine_error)?;
+                .map_err(engine_error)?
+                .into_iter()
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|rejection| ApiError::from_rejection(&rejection))?;
             let rows = merge_transaction_rows(shards)
                 .into_iter()
                 .map(|row| TransactionRowJson {

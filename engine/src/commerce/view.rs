@@ -12,18 +12,28 @@ use crate::commerce::payout::{
     PayoutAttemptStatus, PayoutStatus, PeriodType, Settlement, SettlementItem, SettlementStatus,
     Stamp,
 };
-use crate::ledger::wallet::Wallet;
 use crate::values::currency::Currency;
 use crate::values::ids::{
-    PaymentId, PaymentLinkId, PayoutId, QrId, SettlementId, TransactionId, Uuid, WalletId,
+    HoldId, PaymentId, PaymentLinkId, PayoutId, QrId, SettlementId, TransactionId, Uuid, WalletId,
 };
 
 fn owned(text: Option<&str>) -> Option<String> {
     text.map(str::to_owned)
 }
 
-fn uuid_of(wallet: Option<&Wallet>, id: Option<TransactionId>) -> Option<Uuid> {
-    Some(wallet?.transaction(id?)?.uuid)
+/// Resolves the uuids of ledger records a commerce record refers to by id, wherever they are
+/// (the shard's memory or the history store).
+pub trait RecordUuids {
+    fn transaction_uuid(&self, wallet_id: WalletId, id: TransactionId) -> Option<Uuid>;
+    fn hold_uuid(&self, wallet_id: WalletId, id: HoldId) -> Option<Uuid>;
+}
+
+fn uuid_of(
+    records: &dyn RecordUuids,
+    wallet_id: WalletId,
+    id: Option<TransactionId>,
+) -> Option<Uuid> {
+    records.transaction_uuid(wallet_id, id?)
 }
 
 /// A payment (the fields of contract §2.8 `PaymentResult` that are the payment's, and more).
@@ -57,9 +67,9 @@ pub struct PaymentView {
 }
 
 impl PaymentView {
-    /// `merchant_wallet`: the payment's merchant wallet (to resolve the credit's uuid).
+    /// `records` resolves the credit's uuid.
     #[must_use]
-    pub fn of(merchant_wallet: Option<&Wallet>, payment: &Payment) -> Self {
+    pub fn of(records: &dyn RecordUuids, payment: &Payment) -> Self {
         Self {
             id: payment.id,
             uuid: payment.uuid,
@@ -78,7 +88,11 @@ impl PaymentView {
             metadata: owned(payment.metadata.as_deref()),
             idempotency_key: owned(payment.idempotency_key.as_deref()),
             payment_link_uuid: payment.payment_link_uuid,
-            merchant_transaction_uuid: uuid_of(merchant_wallet, payment.merchant_transaction_id),
+            merchant_transaction_uuid: uuid_of(
+                records,
+                payment.merchant_wallet_id,
+                payment.merchant_transaction_id,
+            ),
             created_at_ms: payment.created_at_ms,
             updated_at_ms: payment.updated_at_ms,
             completed_at_ms: payment.completed_at_ms,
@@ -204,7 +218,7 @@ pub struct PayoutView {
 
 impl PayoutView {
     #[must_use]
-    pub fn of(wallet: Option<&Wallet>, payout: &crate::commerce::payout::Payout) -> Self {
+    pub fn of(records: &dyn RecordUuids, payout: &crate::commerce::payout::Payout) -> Self {
         Self {
             id: payout.id,
             uuid: payout.uuid,
@@ -228,9 +242,7 @@ impl PayoutView {
                     provider_ref: owned(attempt.provider_ref.as_deref()),
                 })
                 .collect(),
-            hold_uuid: wallet
-                .and_then(|wallet| wallet.hold(payout.hold_id))
-                .map(|hold| hold.uuid),
+            hold_uuid: records.hold_uuid(payout.wallet_id, payout.hold_id),
             created_by: payout.created.by,
             created_at_ms: payout.created.at_ms,
             updated_at_ms: payout.updated_at_ms,
@@ -240,10 +252,14 @@ impl PayoutView {
             rejection_reason: owned(payout.rejection_reason.as_deref()),
             cancelled: payout.cancelled,
             executed: payout.executed,
-            transaction_uuid: uuid_of(wallet, payout.transaction_id),
+            transaction_uuid: uuid_of(records, payout.wallet_id, payout.transaction_id),
             paid_at_ms: payout.paid_at_ms,
             failed_at_ms: payout.failed_at_ms,
-            return_transaction_uuid: uuid_of(wallet, payout.return_transaction_id),
+            return_transaction_uuid: uuid_of(
+                records,
+                payout.wallet_id,
+                payout.return_transaction_id,
+            ),
         }
     }
 }
@@ -282,7 +298,7 @@ pub struct SettlementView {
 
 impl SettlementView {
     #[must_use]
-    pub fn of(wallet: Option<&Wallet>, settlement: &Settlement) -> Self {
+    pub fn of(records: &dyn RecordUuids, settlement: &Settlement) -> Self {
         Self {
             id: settlement.id,
             uuid: settlement.uuid,
@@ -307,7 +323,7 @@ impl SettlementView {
             rejection_reason: owned(settlement.rejection_reason.as_deref()),
             cancelled: settlement.cancelled,
             executed: settlement.executed,
-            transaction_uuid: uuid_of(wallet, settlement.transaction_id),
+            transaction_uuid: uuid_of(records, settlement.wallet_id, settlement.transaction_id),
         }
     }
 }

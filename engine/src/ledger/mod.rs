@@ -7,8 +7,8 @@
 //!
 //! May use: [`crate::values`].
 
-pub mod chunked;
 pub mod hold;
+pub mod recent;
 pub mod transaction;
 pub mod transfer;
 pub mod view;

@@ -387,31 +387,77 @@ pub fn check_chain<'a>(
     currency: Currency,
     entries: impl IntoIterator<Item = &'a LedgerEntry>,
 ) -> ChainCheck {
-    let mut prev = Hash::ZERO;
-    let mut balance = Some(crate::values::money::zero(currency));
-    let mut first_invalid = None;
-    let mut first_bad_hash = None;
-    let mut checked = 0u64;
+    let mut checker = ChainChecker::new(wallet_id, currency);
     for entry in entries {
-        checked += 1;
-        let expected = entry_hash(&prev, wallet_id, currency, entry);
-        balance = balance.and_then(|sum| sum.checked_add(entry.signed_amount()));
-        let hash_ok = expected == entry.hash;
-        let balance_ok = balance == Some(entry.balance_after);
-        if !hash_ok && first_bad_hash.is_none() {
-            first_bad_hash = Some(entry.id);
+        checker.feed(entry);
+    }
+    checker.finish()
+}
+
+/// [`check_chain`] one entry at a time, for a chain read from a store in pieces.
+#[derive(Clone, Debug)]
+pub struct ChainChecker {
+    wallet_id: WalletId,
+    currency: Currency,
+    prev: Hash,
+    balance: Option<Decimal>,
+    first_invalid: Option<EntryId>,
+    first_bad_hash: Option<EntryId>,
+    checked: u64,
+}
+
+impl ChainChecker {
+    #[must_use]
+    pub fn new(wallet_id: WalletId, currency: Currency) -> Self {
+        ChainChecker {
+            wallet_id,
+            currency,
+            prev: Hash::ZERO,
+            balance: Some(crate::values::money::zero(currency)),
+            first_invalid: None,
+            first_bad_hash: None,
+            checked: 0,
         }
-        if !(hash_ok && balance_ok) && first_invalid.is_none() {
-            first_invalid = Some(entry.id);
+    }
+
+    /// A checker that continues a chain after the entry with hash `prev`, at balance `balance`
+    /// (for the suffix of a ledger that is in memory).
+    #[must_use]
+    pub fn resume(wallet_id: WalletId, currency: Currency, prev: Hash, balance: Decimal) -> Self {
+        ChainChecker {
+            prev,
+            balance: Some(balance),
+            ..ChainChecker::new(wallet_id, currency)
+        }
+    }
+
+    /// The next entry of the chain, oldest first.
+    pub fn feed(&mut self, entry: &LedgerEntry) {
+        self.checked += 1;
+        let expected = entry_hash(&self.prev, self.wallet_id, self.currency, entry);
+        self.balance = self
+            .balance
+            .and_then(|sum| sum.checked_add(entry.signed_amount()));
+        let hash_ok = expected == entry.hash;
+        let balance_ok = self.balance == Some(entry.balance_after);
+        if !hash_ok && self.first_bad_hash.is_none() {
+            self.first_bad_hash = Some(entry.id);
+        }
+        if !(hash_ok && balance_ok) && self.first_invalid.is_none() {
+            self.first_invalid = Some(entry.id);
         }
         // Continue the chain from the stored hash so one bad entry is reported once.
-        prev = entry.hash;
+        self.prev = entry.hash;
     }
-    ChainCheck {
-        entries_checked: checked,
-        ledger_balance: balance,
-        last_hash: prev,
-        first_invalid_entry_id: first_invalid,
-        first_bad_hash_entry_id: first_bad_hash,
+
+    #[must_use]
+    pub fn finish(self) -> ChainCheck {
+        ChainCheck {
+            entries_checked: self.checked,
+            ledger_balance: self.balance,
+            last_hash: self.prev,
+            first_invalid_entry_id: self.first_invalid,
+            first_bad_hash_entry_id: self.first_bad_hash,
+        }
     }
 }

@@ -17,8 +17,8 @@
 use rust_decimal::Decimal;
 use serde::{Deserialize, Serialize};
 
-use crate::ledger::chunked::Chunked;
 use crate::ledger::hold::{Hold, HoldStatus};
+use crate::ledger::recent::Recent;
 use crate::ledger::transaction::{Hash, LedgerEntry, Transaction};
 use crate::values::currency::Currency;
 use crate::values::ids::{EntryId, HoldId, TransactionId, Uuid, WalletId};
@@ -139,17 +139,29 @@ impl WalletStatus {
     }
 }
 
+/// How many records a wallet has ever had, in memory or not.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HistoryCounts {
+    pub transactions: u64,
+    pub entries: u64,
+    pub holds: u64,
+}
+
 /// What a wallet accumulates; boxed and created on first use.
 ///
 /// Entries, transactions and holds are each in ascending id order (ids only grow), so lookups by id
-/// are binary searches.
+/// are binary searches. Only the recent ones are here once the shard files history into a store
+/// (see [`Recent`]): the ledger keeps a suffix of the chain, with the hash of the entry before it
+/// in `entries_before`, and `counts` says how many records there are in all.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct History {
     pub(crate) meta: Option<Box<str>>,
     pub(crate) chain_head: Hash,
-    pub(crate) entries: Chunked<LedgerEntry>,
-    pub(crate) transactions: Chunked<Transaction>,
-    pub(crate) holds: Chunked<Hold>,
+    pub(crate) entries_before: Hash,
+    pub(crate) counts: HistoryCounts,
+    pub(crate) entries: Recent<LedgerEntry>,
+    pub(crate) transactions: Recent<Transaction>,
+    pub(crate) holds: Recent<Hold>,
 }
 
 /// One wallet or system account.
@@ -267,26 +279,41 @@ impl Wallet {
             .as_ref()
             .map_or(Hash::ZERO, |history| history.chain_head)
     }
-    /// Ledger entries, oldest first.
+    /// The ledger entries in memory, oldest first: a suffix of the wallet's chain (all of it in a
+    /// shard without a history store).
     #[must_use]
-    pub fn entries(&self) -> &Chunked<LedgerEntry> {
+    pub fn entries(&self) -> &Recent<LedgerEntry> {
         self.history
             .as_ref()
-            .map_or(Chunked::empty(), |history| &history.entries)
+            .map_or(Recent::empty(), |history| &history.entries)
     }
-    /// Transactions, oldest first.
+    /// Hash of the entry before the first one in memory; zero when the chain starts in memory.
     #[must_use]
-    pub fn transactions(&self) -> &Chunked<Transaction> {
+    pub fn entries_before(&self) -> Hash {
         self.history
             .as_ref()
-            .map_or(Chunked::empty(), |history| &history.transactions)
+            .map_or(Hash::ZERO, |history| history.entries_before)
     }
-    /// Holds in every state, oldest first.
+    /// The transactions in memory, oldest first.
     #[must_use]
-    pub fn holds(&self) -> &Chunked<Hold> {
+    pub fn transactions(&self) -> &Recent<Transaction> {
         self.history
             .as_ref()
-            .map_or(Chunked::empty(), |history| &history.holds)
+            .map_or(Recent::empty(), |history| &history.transactions)
+    }
+    /// The holds in memory (every active one), oldest first.
+    #[must_use]
+    pub fn holds(&self) -> &Recent<Hold> {
+        self.history
+            .as_ref()
+            .map_or(Recent::empty(), |history| &history.holds)
+    }
+    /// How many records the wallet has ever had.
+    #[must_use]
+    pub fn counts(&self) -> HistoryCounts {
+        self.history
+            .as_ref()
+            .map_or(HistoryCounts::default(), |history| history.counts)
     }
     /// Whether the boxed history has been allocated (false for an idle wallet).
     #[must_use]
@@ -314,25 +341,30 @@ impl Wallet {
         self.history.get_or_insert_with(Box::default)
     }
 
-    pub(crate) fn entry_mut(&mut self, id: EntryId) -> Option<&mut LedgerEntry> {
+    pub(crate) fn entry_mut(&mut self, id: EntryId, stamp: u64) -> Option<&mut LedgerEntry> {
         self.history
             .as_mut()?
             .entries
-            .find_by_key_mut(&id, |entry| entry.id)
+            .find_by_key_mut(&id, |entry| entry.id, stamp)
     }
 
-    pub(crate) fn transaction_mut(&mut self, id: TransactionId) -> Option<&mut Transaction> {
-        self.history
-            .as_mut()?
-            .transactions
-            .find_by_key_mut(&id, |transaction| transaction.id)
+    pub(crate) fn transaction_mut(
+        &mut self,
+        id: TransactionId,
+        stamp: u64,
+    ) -> Option<&mut Transaction> {
+        self.history.as_mut()?.transactions.find_by_key_mut(
+            &id,
+            |transaction| transaction.id,
+            stamp,
+        )
     }
 
-    pub(crate) fn hold_mut(&mut self, id: HoldId) -> Option<&mut Hold> {
+    pub(crate) fn hold_mut(&mut self, id: HoldId, stamp: u64) -> Option<&mut Hold> {
         self.history
             .as_mut()?
             .holds
-            .find_by_key_mut(&id, |hold| hold.id)
+            .find_by_key_mut(&id, |hold| hold.id, stamp)
     }
 
     /// Sum of active holds, recomputed (`None` on overflow).

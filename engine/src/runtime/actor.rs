@@ -18,6 +18,7 @@
 //! shard's memory is ahead of its log; the shard then refuses everything until the process
 //! restarts and recovery rebuilds it from the log.
 
+use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -27,6 +28,7 @@ use actix::{Actor, AsyncContext, Context as ActorContext, Handler, Message};
 
 use super::clock::Clock;
 use super::config::{EngineError, Renderer};
+use super::history::History;
 use super::idempotency::IdempotencyTable;
 use super::journal::{IdempotencyRecord, JournalEntry};
 use crate::identity::directory::{Directory, DirectoryCommand, DirectoryEvent};
@@ -106,6 +108,14 @@ impl<R: Send + 'static> Message for Read<R> {
     type Result = Result<Durable<R>, EngineError>;
 }
 
+/// Drop from memory what the indexer has filed now, instead of at the next tick; answers how
+/// many records the shard still holds in memory.
+pub struct EvictFiled;
+
+impl Message for EvictFiled {
+    type Result = usize;
+}
+
 /// Change the directory (shard 0 only).
 pub struct ExecuteDirectory {
     pub command: DirectoryCommand,
@@ -158,7 +168,16 @@ pub struct ShardActor {
     /// so the process can stop (fail-stop, ARCHITECTURE.md invariant 11).
     failure: Arc<std::sync::OnceLock<String>>,
     hold_tick: Duration,
+    /// The indexer's progress: records it has filed leave the shard's memory.
+    history: Option<History>,
+    /// (command stamp, LSN of its record) of appended commands the indexer has not filed yet,
+    /// oldest first.
+    unfiled: VecDeque<(u64, u64)>,
 }
+
+/// How often a shard drops what the indexer has filed. Memory holds about this long of records
+/// beyond the indexer's lag.
+const EVICT_TICK: Duration = Duration::from_millis(50);
 
 impl ShardActor {
     #[allow(clippy::too_many_arguments)]
@@ -171,6 +190,7 @@ impl ShardActor {
         renderer: Arc<dyn Renderer>,
         hold_tick: Duration,
         failure: Arc<std::sync::OnceLock<String>>,
+        history: Option<History>,
     ) -> Self {
         let last_lsn = wal.last_lsn();
         ShardActor {
@@ -184,6 +204,27 @@ impl ShardActor {
             failed: None,
             failure,
             hold_tick,
+            history,
+            unfiled: VecDeque::new(),
+        }
+    }
+
+    /// Drops from the shard's memory every record whose latest change the indexer has filed.
+    fn evict_filed(&mut self) {
+        let Some(history) = &self.history else {
+            return;
+        };
+        let indexed = history.progress().indexed_lsn;
+        let mut filed = None;
+        while let Some(&(stamp, lsn)) = self.unfiled.front() {
+            if lsn > indexed {
+                break;
+            }
+            filed = Some(stamp);
+            self.unfiled.pop_front();
+        }
+        if let Some(stamp) = filed {
+            self.shard.evict_filed(stamp);
         }
     }
 
@@ -265,6 +306,10 @@ impl ShardActor {
         match self.wal.append(entry.encode()) {
             Ok(ticket) => {
                 self.last_lsn = ticket.lsn();
+                if self.history.is_some() {
+                    self.unfiled
+                        .push_back((self.shard.command_stamp(), ticket.lsn()));
+                }
                 if let Some(record) = &idempotency {
                     // Stored now, tagged with its LSN: shown to retries only once durable.
                     self.idempotency.record(record, ticket.lsn());
@@ -308,6 +353,9 @@ impl Actor for ShardActor {
 
     fn started(&mut self, ctx: &mut Self::Context) {
         ctx.run_interval(self.hold_tick, |actor, _| actor.expire_holds());
+        if self.history.is_some() {
+            ctx.run_interval(EVICT_TICK, |actor, _| actor.evict_filed());
+        }
     }
 }
 
@@ -334,6 +382,15 @@ impl<R: Send + 'static> Handler<Read<R>> for ShardActor {
         }
         let value = (read.0)(&self.shard);
         Ok(self.after_durable(value))
+    }
+}
+
+impl Handler<EvictFiled> for ShardActor {
+    type Result = usize;
+
+    fn handle(&mut self, _: EvictFiled, _: &mut Self::Context) -> usize {
+        self.evict_filed();
+        self.shard.records_in_memory()
     }
 }
 

@@ -401,6 +401,25 @@ impl Engine {
         Ok(results)
     }
 
+    /// Waits until the indexer has filed everything appended so far, drops it from the shards'
+    /// memory, and answers how many records (transactions, entries, holds) the shards still
+    /// hold: active holds and whatever was appended meanwhile. For tests and diagnostics.
+    pub async fn evict_filed(&self) -> Result<usize, EngineError> {
+        self.inner
+            .history
+            .caught_up(self.inner.wal.last_lsn())
+            .await?;
+        let mut held = 0;
+        for shard in 0..self.shard_count() {
+            held += self
+                .addr(shard)?
+                .send(super::actor::EvictFiled)
+                .await
+                .map_err(|e| EngineError::Unavailable(e.to_string()))?;
+        }
+        Ok(held)
+    }
+
     pub(crate) fn addr(&self, shard: u32) -> Result<&Addr<ShardActor>, EngineError> {
         self.inner
             .shards
@@ -577,7 +596,7 @@ impl Engine {
             .read_all(|s| {
                 (
                     s.check_invariants().map_err(|v| v.to_string()),
-                    s.entry_sums_by_currency(),
+                    s.balance_sums_by_currency(),
                 )
             })
             .await

@@ -26,6 +26,7 @@ use super::idempotency::IdempotencyTable;
 use super::image;
 use super::journal::JournalEntry;
 use crate::identity::directory::Directory;
+use crate::shard::cold::Recall;
 use crate::shard::command::TransferCredit;
 use crate::shard::state::Shard;
 use crate::values::currency::Currency;
@@ -387,10 +388,10 @@ impl Replayed {
         let Some(found) = snapshot else {
             let mut shards = Vec::with_capacity(count as usize);
             for index in 0..count {
-                shards.push(
-                    Shard::new(index, count)
-                        .ok_or_else(|| OpenError::Config("bad shard index".into()))?,
-                );
+                let mut shard = Shard::new(index, count)
+                    .ok_or_else(|| OpenError::Config("bad shard index".into()))?;
+                shard.set_recall(Recall::Replay);
+                shards.push(shard);
             }
             return Ok(Replayed {
                 shards,
@@ -421,7 +422,12 @@ impl Replayed {
         let (shards, covered) = decoded
             .shards
             .into_iter()
-            .map(|(lsn, shard)| (shard, lsn))
+            .map(|(lsn, mut shard)| {
+                // Replay keeps hot state only: what the snapshot holds of history is filed.
+                shard.set_recall(Recall::Replay);
+                shard.evict_all();
+                (shard, lsn)
+            })
             .unzip();
         Ok(Replayed {
             shards,
@@ -463,6 +469,8 @@ impl Replayed {
         shard
             .apply_all(&entry.events)
             .map_err(|e| refuse(format!("shard {index}: {e}")))?;
+        // Replay keeps no history: what this record closed (holds) leaves memory now.
+        shard.evict_filed(u64::MAX);
         if !entry.directory.is_empty() && index != 0 {
             return Err(refuse(format!(
                 "directory events on shard {index}; only shard 0 hosts the directory"
@@ -507,6 +515,8 @@ fn start(
     let actor_failure = Arc::clone(&failure);
     let capacity = config.mailbox_capacity;
     let hold_tick = config.hold_tick;
+    let actor_history = history.clone();
+    let actor_store: Arc<dyn crate::shard::cold::ColdHistory> = store.clone();
     let handle = std::thread::Builder::new()
         .name("engine".into())
         .spawn(move || {
@@ -514,7 +524,10 @@ fn start(
             let mut arbiters = Vec::new();
             let mut addrs = Vec::new();
             let mut directory = Some(directory);
-            for shard in shards {
+            for mut shard in shards {
+                // Records now leave memory once filed, and are read back from the store.
+                shard.set_recall(Recall::Store(actor_store.clone()));
+                shard.evict_all();
                 let arbiter = actix::Arbiter::new();
                 let hosted = if shard.shard_index() == 0 {
                     directory.take()
@@ -530,6 +543,7 @@ fn start(
                     renderer.clone(),
                     hold_tick,
                     Arc::clone(&actor_failure),
+                    Some(actor_history.clone()),
                 );
                 addrs.push(ShardActor::start_in_arbiter(
                     &arbiter.handle(),

@@ -101,23 +101,21 @@ impl Engine {
             Command::TransferCredit(credit) => by_wallet(credit.target_wallet_id),
             Command::PlaceHold(hold) => by_wallet(hold.wallet_id),
             Command::ReleaseHold { hold_uuid } => {
-                self.find(*hold_uuid, |s, u| s.locate_hold(u).is_some())
-                    .await?
+                self.find(*hold_uuid, |s, u| s.holds_hold(u)).await?
             }
             Command::CaptureHold(capture) => {
-                self.find(capture.hold_uuid, |s, u| s.locate_hold(u).is_some())
-                    .await?
+                self.find(capture.hold_uuid, |s, u| s.holds_hold(u)).await?
             }
             Command::Refund(refund) => {
                 self.find(refund.original_transaction_uuid, |s, u| {
-                    s.locate_transaction(u).is_some()
+                    s.holds_transaction(u)
                 })
                 .await?
             }
             Command::Reverse {
                 transaction_uuid, ..
             } => {
-                self.find(*transaction_uuid, |s, u| s.locate_transaction(u).is_some())
+                self.find(*transaction_uuid, |s, u| s.holds_transaction(u))
                     .await?
             }
             Command::TransferFinalize { transfer_uuid }

@@ -22,6 +22,8 @@ impl Shard {
         command: &Command,
         ctx: &Context,
     ) -> Result<(Vec<Event>, Outcome), ExecuteError> {
+        // Every record this command changes is stamped with it (see `Shard::evict_filed`).
+        self.stamp += 1;
         let events = match (self.decide(command, ctx), command) {
             (Ok(events), _) => events,
             (Err(rejection), Command::PaymentCredit(request)) => {
@@ -159,7 +161,7 @@ impl Shard {
                 transaction_uuid, ..
             } => {
                 let (requested_wallet, _) = self
-                    .locate_transaction(*transaction_uuid)
+                    .locate_transaction(*transaction_uuid)?
                     .ok_or(Rejection::NotFound("transaction"))?;
                 let mut transaction = None;
                 let mut entries = Vec::new();
@@ -176,12 +178,16 @@ impl Shard {
                                 .wallet(*wallet_id)
                                 .ok_or(missing("wallet of entry", wallet_id.0))?;
                             let position = wallet.entries().iter().position(|e| e.id == entry.id);
-                            let prev_hash = position
-                                .and_then(|position| position.checked_sub(1))
-                                .and_then(|before| wallet.entries().get(before))
-                                .map_or(crate::ledger::transaction::Hash::ZERO, |before| {
-                                    before.hash
-                                });
+                            let prev_hash = match position.and_then(|p| p.checked_sub(1)) {
+                                Some(before) => wallet
+                                    .entries()
+                                    .get(before)
+                                    .map_or(crate::ledger::transaction::Hash::ZERO, |before| {
+                                        before.hash
+                                    }),
+                                // The first entry in memory follows the filed ones.
+                                None => wallet.entries_before(),
+                            };
                             let stored = wallet
                                 .entry(entry.id)
                                 .ok_or(missing("entry of outcome", entry.id.0))?;

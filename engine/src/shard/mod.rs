@@ -15,11 +15,13 @@
 //! * [`commerce`]: the same for payments, links and QR, payouts, settlements, and the commerce
 //!   queries and reports.
 //! * [`execute`]: decide + apply + read-back for callers that apply at once.
+//! * [`cold`]: where the shard finds records that left its memory (the history store).
 //! * [`snapshot`]: the shard's image and its digest.
 //!
 //! May use: [`crate::values`], [`crate::ledger`], [`crate::commerce`]. `shard::commerce` may use
 //! `shard::ledger` (every payment posts through it); never the other way round.
 
+pub mod cold;
 pub mod command;
 pub mod commerce;
 pub mod event;

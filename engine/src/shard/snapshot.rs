@@ -3,7 +3,7 @@
 //! # Snapshot format
 //!
 //! ```text
-//! byte 0     SNAPSHOT_FORMAT_VERSION (3; 1 and 2 are still read)
+//! byte 0     SNAPSHOT_FORMAT_VERSION (4; 1, 2 and 3 are still read)
 //! bytes 1..  postcard encoding of: shard index and count, the four next-sequence numbers,
 //!            the wallets in id order (each with its history), outgoing transfers and incoming
 //!            transfers in uuid order, then (version 2) the commerce state: its five next-sequence
@@ -12,6 +12,12 @@
 //!            payment credits in uuid order, then (version 3) the refused payment credits in
 //!            uuid order
 //! ```
+//!
+//! Version 4 changed only the wallet's history: besides its meta and chain head it carries the
+//! hash of the entry before the first one held, the wallet's all-time record counts, and only
+//! the records in memory (a running shard's hot ones; a replayed shard keeps active holds only,
+//! see `shard::cold`). So a snapshot's size no longer grows with history. Versions 1 to 3 carry
+//! every record and load as a whole history (counts from the records).
 //!
 //! A version 1 snapshot is the same without the commerce state; it loads with an empty one. A
 //! version 2 snapshot loads with no refused credits.
@@ -45,7 +51,7 @@ use crate::values::error::DecodeError;
 use crate::values::ids::{IdSpace, Uuid};
 
 /// First byte of every snapshot.
-pub const SNAPSHOT_FORMAT_VERSION: u8 = 3;
+pub const SNAPSHOT_FORMAT_VERSION: u8 = 4;
 
 #[derive(Serialize)]
 struct SnapshotRef<'a> {
@@ -64,23 +70,147 @@ struct SnapshotRef<'a> {
 /// Everything before the commerce state: all of version 1. Postcard encodes a struct as its
 /// fields in order, so version 2 reads as the pair `(SnapshotOwned, Commerce)`.
 #[derive(Deserialize)]
-struct SnapshotOwned {
+struct SnapshotOwned<W> {
     ids: IdSpace,
     next_wallet_seq: u64,
     next_transaction_seq: u64,
     next_entry_seq: u64,
     next_hold_seq: u64,
-    wallets: Vec<Wallet>,
+    wallets: Vec<W>,
     transfers_out: BTreeMap<Uuid, OutgoingTransfer>,
     transfers_in: BTreeMap<Uuid, IncomingTransfer>,
 }
 
-/// Version 3: version 2 and the refused payment credits.
-type SnapshotV3 = (
-    SnapshotOwned,
+impl SnapshotOwned<LegacyWallet> {
+    fn upgrade(self) -> SnapshotOwned<Wallet> {
+        SnapshotOwned {
+            ids: self.ids,
+            next_wallet_seq: self.next_wallet_seq,
+            next_transaction_seq: self.next_transaction_seq,
+            next_entry_seq: self.next_entry_seq,
+            next_hold_seq: self.next_hold_seq,
+            wallets: self
+                .wallets
+                .into_iter()
+                .map(LegacyWallet::upgrade)
+                .collect(),
+            transfers_out: self.transfers_out,
+            transfers_in: self.transfers_in,
+        }
+    }
+}
+
+/// Versions 3 and 4: version 2 and the refused payment credits.
+type SnapshotV3<W> = (
+    SnapshotOwned<W>,
     Commerce,
     BTreeMap<Uuid, RefusedPaymentCredit>,
 );
+
+/// A wallet as versions 1 to 3 wrote it: the whole history, without counts.
+#[derive(Deserialize)]
+#[cfg_attr(test, derive(Serialize))]
+struct LegacyWallet {
+    id: crate::values::ids::WalletId,
+    uuid: Uuid,
+    owner_id: u64,
+    business_id: u64,
+    branch_id: u64,
+    #[serde(with = "crate::values::money::decimal")]
+    balance: rust_decimal::Decimal,
+    #[serde(with = "crate::values::money::decimal")]
+    held: rust_decimal::Decimal,
+    #[serde(with = "crate::values::money::decimal")]
+    pending: rust_decimal::Decimal,
+    balance_verified_at_ms: i64,
+    created_at_ms: i64,
+    updated_at_ms: i64,
+    currency: crate::values::currency::Currency,
+    owner_type: crate::ledger::wallet::OwnerType,
+    wallet_type: crate::ledger::wallet::WalletType,
+    status: crate::ledger::wallet::WalletStatus,
+    history: Option<Box<LegacyHistory>>,
+}
+
+#[derive(Deserialize)]
+#[cfg_attr(test, derive(Serialize))]
+struct LegacyHistory {
+    meta: Option<Box<str>>,
+    chain_head: Hash,
+    entries: Vec<crate::ledger::transaction::LedgerEntry>,
+    transactions: Vec<crate::ledger::transaction::Transaction>,
+    holds: Vec<crate::ledger::hold::Hold>,
+}
+
+impl LegacyWallet {
+    /// The version 1 to 3 form of a wallet whose whole history is in memory (tests write old
+    /// snapshots with it).
+    #[cfg(test)]
+    fn of(wallet: &Wallet) -> Self {
+        LegacyWallet {
+            id: wallet.id,
+            uuid: wallet.uuid,
+            owner_id: wallet.owner_id,
+            business_id: wallet.business_id,
+            branch_id: wallet.branch_id,
+            balance: wallet.balance,
+            held: wallet.held,
+            pending: wallet.pending,
+            balance_verified_at_ms: wallet.balance_verified_at_ms,
+            created_at_ms: wallet.created_at_ms,
+            updated_at_ms: wallet.updated_at_ms,
+            currency: wallet.currency,
+            owner_type: wallet.owner_type,
+            wallet_type: wallet.wallet_type,
+            status: wallet.status,
+            history: wallet.history.as_ref().map(|history| {
+                Box::new(LegacyHistory {
+                    meta: history.meta.clone(),
+                    chain_head: history.chain_head,
+                    entries: history.entries.iter().cloned().collect(),
+                    transactions: history.transactions.iter().cloned().collect(),
+                    holds: history.holds.iter().cloned().collect(),
+                })
+            }),
+        }
+    }
+
+    fn upgrade(self) -> Wallet {
+        let history = self.history.map(|old| {
+            Box::new(crate::ledger::wallet::History {
+                meta: old.meta,
+                chain_head: old.chain_head,
+                entries_before: Hash::ZERO,
+                counts: crate::ledger::wallet::HistoryCounts {
+                    transactions: old.transactions.len() as u64,
+                    entries: old.entries.len() as u64,
+                    holds: old.holds.len() as u64,
+                },
+                entries: old.entries.into(),
+                transactions: old.transactions.into(),
+                holds: old.holds.into(),
+            })
+        });
+        Wallet {
+            id: self.id,
+            uuid: self.uuid,
+            owner_id: self.owner_id,
+            business_id: self.business_id,
+            branch_id: self.branch_id,
+            balance: self.balance,
+            held: self.held,
+            pending: self.pending,
+            balance_verified_at_ms: self.balance_verified_at_ms,
+            created_at_ms: self.created_at_ms,
+            updated_at_ms: self.updated_at_ms,
+            currency: self.currency,
+            owner_type: self.owner_type,
+            wallet_type: self.wallet_type,
+            status: self.status,
+            history,
+        }
+    }
+}
 
 /// A postcard output that feeds a hasher instead of a buffer.
 struct HashFlavor(Sha256);
@@ -126,6 +256,38 @@ impl Shard {
         postcard::to_extend(&self.snapshot_ref(), vec![SNAPSHOT_FORMAT_VERSION]).unwrap_or_default()
     }
 
+    /// This state as a version 3 snapshot (the whole history in memory), for tests of reading
+    /// old snapshots.
+    #[cfg(test)]
+    pub(crate) fn version_3_snapshot_bytes(&self) -> Vec<u8> {
+        #[derive(Serialize)]
+        struct V3<'a> {
+            ids: IdSpace,
+            next_wallet_seq: u64,
+            next_transaction_seq: u64,
+            next_entry_seq: u64,
+            next_hold_seq: u64,
+            wallets: Vec<LegacyWallet>,
+            transfers_out: &'a BTreeMap<Uuid, OutgoingTransfer>,
+            transfers_in: &'a BTreeMap<Uuid, IncomingTransfer>,
+            commerce: &'a Commerce,
+            refused_credits: &'a BTreeMap<Uuid, RefusedPaymentCredit>,
+        }
+        let v3 = V3 {
+            ids: self.ids,
+            next_wallet_seq: self.next_wallet_seq,
+            next_transaction_seq: self.next_transaction_seq,
+            next_entry_seq: self.next_entry_seq,
+            next_hold_seq: self.next_hold_seq,
+            wallets: self.wallets.iter().map(LegacyWallet::of).collect(),
+            transfers_out: &self.transfers_out,
+            transfers_in: &self.transfers_in,
+            commerce: &self.commerce,
+            refused_credits: &self.commerce.refused_credits,
+        };
+        postcard::to_extend(&v3, vec![3]).unwrap_or_default()
+    }
+
     /// SHA-256 of the canonical state (see the module docs).
     #[must_use]
     pub fn state_digest(&self) -> Hash {
@@ -141,14 +303,26 @@ impl Shard {
     pub fn from_snapshot_bytes(bytes: &[u8]) -> Result<Shard, DecodeError> {
         let (version, body) = bytes.split_first().ok_or(DecodeError::Empty)?;
         let malformed = |error: postcard::Error| DecodeError::Malformed(error.to_string());
-        let ((snapshot, commerce), rest): ((SnapshotOwned, Commerce), &[u8]) = match *version {
+        type Parts = (SnapshotOwned<Wallet>, Commerce);
+        let ((snapshot, commerce), rest): (Parts, &[u8]) = match *version {
             1 => {
-                let (snapshot, rest) = postcard::take_from_bytes(body).map_err(malformed)?;
-                ((snapshot, Commerce::new()), rest)
+                let (snapshot, rest): (SnapshotOwned<LegacyWallet>, _) =
+                    postcard::take_from_bytes(body).map_err(malformed)?;
+                ((snapshot.upgrade(), Commerce::new()), rest)
             }
-            2 => postcard::take_from_bytes(body).map_err(malformed)?,
+            2 => {
+                let ((snapshot, commerce), rest): ((SnapshotOwned<LegacyWallet>, Commerce), _) =
+                    postcard::take_from_bytes(body).map_err(malformed)?;
+                ((snapshot.upgrade(), commerce), rest)
+            }
+            3 => {
+                let ((snapshot, mut commerce, refused), rest): (SnapshotV3<LegacyWallet>, _) =
+                    postcard::take_from_bytes(body).map_err(malformed)?;
+                commerce.refused_credits = refused;
+                ((snapshot.upgrade(), commerce), rest)
+            }
             SNAPSHOT_FORMAT_VERSION => {
-                let ((snapshot, mut commerce, refused), rest): (SnapshotV3, &[u8]) =
+                let ((snapshot, mut commerce, refused), rest): (SnapshotV3<Wallet>, _) =
                     postcard::take_from_bytes(body).map_err(malformed)?;
                 commerce.refused_credits = refused;
                 ((snapshot, commerce), rest)

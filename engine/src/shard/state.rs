@@ -6,7 +6,7 @@
 //!
 //! 1. **Money is conserved.** Per currency, the signed amounts of all entries of the shard, system
 //!    accounts included, sum to zero (every posting balances, see `ledger` docs). Across shards the
-//!    per-shard sums ([`Shard::entry_sums_by_currency`]) therefore also sum to zero.
+//!    per-shard sums ([`Shard::balance_sums_by_currency`]) therefore also sum to zero.
 //! 2. **Caches are true.** Each wallet's `balance` equals the sum of its ledger and each entry's
 //!    `balance_after` the running sum; `held` equals the sum of its active holds.
 //! 3. **Spendable is never negative**: `available = balance − held ≥ 0` for every non-system wallet.
@@ -38,20 +38,25 @@
 //! 136 + 57 = 193 bytes and ≈ 175 on average, against the 200-byte target
 //! ([`IDLE_WALLET_BYTES_BUDGET`], checked by a test from the type sizes).
 
-use std::collections::{BTreeMap, HashMap};
+use std::borrow::Cow;
+use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use rust_decimal::Decimal;
 
 use crate::commerce::state::{Commerce, CommerceIndex};
+use crate::commerce::view::RecordUuids;
+use crate::ledger::hold::Hold;
 use crate::ledger::hold::HoldStatus;
 use crate::ledger::transaction::Hash;
+use crate::ledger::transaction::{ChainChecker, LedgerEntry, Transaction};
 use crate::ledger::transfer::{IncomingTransfer, OutgoingTransfer, TransferState};
 use crate::ledger::view::{BalanceView, EntryView, HoldView, TransactionView, WalletView};
 use crate::ledger::wallet::{OwnerType, Wallet, WalletType};
+use crate::shard::cold::{unavailable, Recall};
 use crate::shard::command::{paginate, Page, Paged};
 use crate::values::currency::Currency;
 use crate::values::error::Rejection;
-use crate::values::ids::{HoldId, IdSpace, TransactionId, Uuid, WalletId};
+use crate::values::ids::{EntryId, HoldId, IdSpace, TransactionId, Uuid, WalletId};
 
 /// Target resident bytes of an idle wallet, including its index slots.
 pub const IDLE_WALLET_BYTES_BUDGET: usize = 200;
@@ -111,6 +116,13 @@ pub struct Shard {
     /// Payments, links, QR payloads, payouts, settlements, cross-shard payment steps.
     pub(crate) commerce: Commerce,
     pub(crate) index: Indexes,
+    /// Where records that left memory are found, and whether they leave (see `cold`).
+    pub(crate) recall: Recall,
+    /// Sequence number of the command being applied: the stamp of every record it changes.
+    pub(crate) stamp: u64,
+    /// Wallets whose records changed, by the stamp of the change, oldest first: where eviction
+    /// looks once the indexer has filed that command.
+    pub(crate) touched: VecDeque<(u64, WalletId)>,
 }
 
 impl Shard {
@@ -133,6 +145,9 @@ impl Shard {
             transfers_in: BTreeMap::new(),
             commerce: Commerce::new(),
             index: Indexes::default(),
+            recall: Recall::Keep,
+            stamp: 0,
+            touched: VecDeque::new(),
         }
     }
 
@@ -232,16 +247,163 @@ impl Shard {
             .copied()
     }
 
-    /// Where the transaction with this uuid lives.
-    #[must_use]
-    pub fn locate_transaction(&self, uuid: Uuid) -> Option<(WalletId, TransactionId)> {
-        self.index.transactions.get(&uuid).copied()
+    /// Where the transaction with this uuid lives, if on this shard: in memory or, once it left,
+    /// in the history store.
+    pub fn locate_transaction(
+        &self,
+        uuid: Uuid,
+    ) -> Result<Option<(WalletId, TransactionId)>, Rejection> {
+        if let Some(found) = self.index.transactions.get(&uuid) {
+            return Ok(Some(*found));
+        }
+        match self.recall.store() {
+            Some(store) => Ok(store
+                .locate_transaction(uuid)
+                .map_err(|e| unavailable(&e))?
+                .filter(|(wallet_id, _)| self.owns(*wallet_id))),
+            None => Ok(None),
+        }
     }
 
-    /// Where the hold with this uuid lives.
+    /// Where the hold with this uuid lives, if on this shard (see `locate_transaction`).
+    pub fn locate_hold(&self, uuid: Uuid) -> Result<Option<(WalletId, HoldId)>, Rejection> {
+        if let Some(found) = self.index.holds.get(&uuid) {
+            return Ok(Some(*found));
+        }
+        match self.recall.store() {
+            Some(store) => Ok(store
+                .locate_hold(uuid)
+                .map_err(|e| unavailable(&e))?
+                .filter(|(wallet_id, _)| self.owns(*wallet_id))),
+            None => Ok(None),
+        }
+    }
+
+    /// Whether this shard holds the transaction with this uuid; a store that cannot answer says
+    /// yes, so the command is routed here and refused as unavailable rather than as not found.
     #[must_use]
-    pub fn locate_hold(&self, uuid: Uuid) -> Option<(WalletId, HoldId)> {
-        self.index.holds.get(&uuid).copied()
+    pub fn holds_transaction(&self, uuid: Uuid) -> bool {
+        !matches!(self.locate_transaction(uuid), Ok(None))
+    }
+
+    /// Whether this shard holds the hold with this uuid (see `holds_transaction`).
+    #[must_use]
+    pub fn holds_hold(&self, uuid: Uuid) -> bool {
+        !matches!(self.locate_hold(uuid), Ok(None))
+    }
+
+    /// Transaction `id` of `wallet`, from memory or the store.
+    pub fn transaction_record<'a>(
+        &self,
+        wallet: &'a Wallet,
+        id: TransactionId,
+    ) -> Result<Option<Cow<'a, Transaction>>, Rejection> {
+        if let Some(found) = wallet.transaction(id) {
+            return Ok(Some(Cow::Borrowed(found)));
+        }
+        match self.recall.store() {
+            Some(store) => Ok(store
+                .transaction(wallet.id(), id)
+                .map_err(|e| unavailable(&e))?
+                .map(Cow::Owned)),
+            None => Ok(None),
+        }
+    }
+
+    /// Entry `id` of `wallet`, from memory or the store.
+    pub fn entry_record<'a>(
+        &self,
+        wallet: &'a Wallet,
+        id: EntryId,
+    ) -> Result<Option<Cow<'a, LedgerEntry>>, Rejection> {
+        if let Some(found) = wallet.entry(id) {
+            return Ok(Some(Cow::Borrowed(found)));
+        }
+        match self.recall.store() {
+            Some(store) => Ok(store
+                .entry(wallet.id(), id)
+                .map_err(|e| unavailable(&e))?
+                .map(Cow::Owned)),
+            None => Ok(None),
+        }
+    }
+
+    /// Hold `id` of `wallet`, from memory or the store.
+    pub fn hold_record<'a>(
+        &self,
+        wallet: &'a Wallet,
+        id: HoldId,
+    ) -> Result<Option<Cow<'a, Hold>>, Rejection> {
+        if let Some(found) = wallet.hold(id) {
+            return Ok(Some(Cow::Borrowed(found)));
+        }
+        match self.recall.store() {
+            Some(store) => Ok(store
+                .hold(wallet.id(), id)
+                .map_err(|e| unavailable(&e))?
+                .map(Cow::Owned)),
+            None => Ok(None),
+        }
+    }
+
+    /// Every transaction of `wallet` (memory and store merged, memory's version winning), oldest
+    /// first, until `visit` returns false.
+    pub fn for_each_transaction(
+        &self,
+        wallet: &Wallet,
+        mut visit: impl FnMut(&Transaction) -> bool,
+    ) -> Result<(), Rejection> {
+        let mut hot = wallet.transactions().iter().peekable();
+        let mut going = true;
+        if let Some(store) = self.recall.store() {
+            store
+                .for_each_transaction(wallet.id(), &mut |filed| {
+                    while let Some(recent) = hot.next_if(|recent| recent.id < filed.id) {
+                        going = visit(recent);
+                        if !going {
+                            return false;
+                        }
+                    }
+                    going = match hot.next_if(|recent| recent.id == filed.id) {
+                        Some(recent) => visit(recent),
+                        None => visit(&filed),
+                    };
+                    going
+                })
+                .map_err(|e| unavailable(&e))?;
+        }
+        if going {
+            for recent in hot {
+                if !visit(recent) {
+                    break;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks a wallet's whole chain: filed entries from the store, then the suffix in memory.
+    pub(crate) fn check_whole_chain(
+        &self,
+        wallet: &Wallet,
+    ) -> Result<crate::ledger::transaction::ChainCheck, Rejection> {
+        let mut checker = ChainChecker::new(wallet.id(), wallet.currency());
+        let in_memory_from = wallet.entries().first().map(|entry| entry.id);
+        if let Some(store) = self.recall.store() {
+            store
+                .for_each_entry(wallet.id(), &mut |_, entry| {
+                    if in_memory_from.is_some_and(|first| entry.id >= first) {
+                        return false;
+                    }
+                    checker.feed(&entry);
+                    true
+                })
+                .map_err(|e| unavailable(&e))?;
+        }
+        for entry in wallet.entries().iter() {
+            checker.feed(entry);
+        }
+        Ok(checker.finish())
     }
 
     /// Outgoing cross-shard transfers still `reserved` (neither finalized nor released), in uuid
@@ -279,7 +441,126 @@ impl Shard {
         self.index.hold_expiry.len()
     }
 
+    // ----- hot state: what stays in memory -----
+
+    /// How this shard treats records that leave memory (see `cold`). A running engine gives it
+    /// the history store; recovery replays in `Recall::Replay`.
+    pub fn set_recall(&mut self, recall: Recall) {
+        self.recall = recall;
+    }
+
+    /// Sequence number of the last command `execute` ran: pair it with the LSN of that command's
+    /// record, and once the indexer has filed that LSN, pass it to [`Shard::evict_filed`].
+    #[must_use]
+    pub fn command_stamp(&self) -> u64 {
+        self.stamp
+    }
+
+    /// Notes that a record of `wallet_id` changed under the current command.
+    pub(crate) fn touch(&mut self, wallet_id: WalletId) {
+        if self.recall.evicts() && self.touched.back() != Some(&(self.stamp, wallet_id)) {
+            self.touched.push_back((self.stamp, wallet_id));
+        }
+    }
+
+    /// Drops from memory every record whose latest change is filed (commands stamped at or before
+    /// `filed`), except active holds. Returns how many records left. Nothing leaves a shard in
+    /// `Recall::Keep`.
+    pub fn evict_filed(&mut self, filed: u64) -> usize {
+        if !self.recall.evicts() {
+            return 0;
+        }
+        let mut gone = 0;
+        while let Some(&(stamp, wallet_id)) = self.touched.front() {
+            if stamp > filed {
+                break;
+            }
+            self.touched.pop_front();
+            gone += self.evict_wallet(wallet_id, filed);
+        }
+        gone
+    }
+
+    /// Drops every record that may leave from every wallet (after recovery, once the store
+    /// covers the whole log).
+    pub fn evict_all(&mut self) -> usize {
+        if !self.recall.evicts() {
+            return 0;
+        }
+        self.touched.clear();
+        let ids: Vec<WalletId> = self
+            .wallets
+            .iter()
+            .filter(|wallet| wallet.has_history())
+            .map(Wallet::id)
+            .collect();
+        ids.into_iter()
+            .map(|wallet_id| self.evict_wallet(wallet_id, u64::MAX))
+            .sum()
+    }
+
+    fn evict_wallet(&mut self, wallet_id: WalletId, filed: u64) -> usize {
+        let Some(position) = self.position_of(wallet_id) else {
+            return 0;
+        };
+        let Some(history) = self
+            .wallets
+            .get_mut(position)
+            .and_then(|wallet| wallet.history.as_mut())
+        else {
+            return 0;
+        };
+        let index = &mut self.index;
+        let mut gone = history.transactions.evict(
+            filed,
+            false,
+            |_| false,
+            |transaction| {
+                index.transactions.remove(&transaction.uuid);
+            },
+        );
+        let mut last_gone = None;
+        gone += history
+            .entries
+            .evict(filed, true, |_| false, |entry| last_gone = Some(entry.hash));
+        if let Some(hash) = last_gone {
+            history.entries_before = hash;
+        }
+        gone += history.holds.evict(
+            filed,
+            false,
+            |hold| hold.status == HoldStatus::Active,
+            |hold| {
+                index.holds.remove(&hold.uuid);
+            },
+        );
+        gone
+    }
+
+    /// Records held in memory (transactions, entries, holds) across the shard.
+    #[must_use]
+    pub fn records_in_memory(&self) -> usize {
+        self.wallets
+            .iter()
+            .map(|w| w.transactions().len() + w.entries().len() + w.holds().len())
+            .sum()
+    }
+
     // ----- queries -----
+
+    fn record_uuid<T>(
+        &self,
+        wallet_id: WalletId,
+        find: impl FnOnce(&Wallet) -> Result<Option<Cow<'_, T>>, Rejection>,
+        uuid: impl FnOnce(&T) -> Uuid,
+    ) -> Option<Uuid>
+    where
+        T: Clone,
+    {
+        let wallet = self.wallet(wallet_id)?;
+        // A store failure is logged by `unavailable`; the view then shows no uuid.
+        find(wallet).ok().flatten().map(|record| uuid(&record))
+    }
 
     pub fn wallet_view(&self, wallet_id: WalletId) -> Result<WalletView, Rejection> {
         self.find_wallet(wallet_id).map(WalletView::of)
@@ -310,13 +591,13 @@ impl Shard {
     /// The transaction with this uuid.
     pub fn transaction_view(&self, uuid: Uuid) -> Result<TransactionView, Rejection> {
         let (wallet_id, transaction_id) = self
-            .locate_transaction(uuid)
+            .locate_transaction(uuid)?
             .ok_or(Rejection::NotFound("transaction"))?;
         let wallet = self.find_wallet(wallet_id)?;
-        let transaction = wallet
-            .transaction(transaction_id)
+        let transaction = self
+            .transaction_record(wallet, transaction_id)?
             .ok_or(Rejection::NotFound("transaction"))?;
-        Ok(TransactionView::of(wallet, transaction))
+        Ok(TransactionView::of(wallet, &transaction))
     }
 
     /// A wallet's ledger (statement), newest first, optionally limited to entries created within
@@ -346,10 +627,10 @@ impl Shard {
             .records
             .into_iter()
             .map(|(position, entry)| {
-                let prev_hash = position
-                    .checked_sub(1)
-                    .and_then(|before| entries.get(before))
-                    .map_or(Hash::ZERO, |before| before.hash);
+                let prev_hash = match position.checked_sub(1) {
+                    Some(before) => entries.get(before).map_or(Hash::ZERO, |e| e.hash),
+                    None => wallet.entries_before(),
+                };
                 EntryView::of(wallet, entry, prev_hash)
             })
             .collect();
@@ -379,22 +660,23 @@ impl Shard {
 
     /// The hold with this uuid.
     pub fn hold_view(&self, uuid: Uuid) -> Result<HoldView, Rejection> {
-        let (wallet_id, hold_id) = self.locate_hold(uuid).ok_or(Rejection::NotFound("hold"))?;
+        let (wallet_id, hold_id) = self.locate_hold(uuid)?.ok_or(Rejection::NotFound("hold"))?;
         let wallet = self.find_wallet(wallet_id)?;
-        let hold = wallet.hold(hold_id).ok_or(Rejection::NotFound("hold"))?;
-        Ok(HoldView::of(wallet, hold))
+        let hold = self
+            .hold_record(wallet, hold_id)?
+            .ok_or(Rejection::NotFound("hold"))?;
+        Ok(HoldView::of(wallet, &hold))
     }
 
-    /// Per currency, the sum of the signed amounts of every entry on this shard (recomputed from the
-    /// entries). Zero per currency on a healthy shard; the lead can add these across shards.
+    /// Per currency, the sum of the balances of every wallet and system account on this shard.
+    /// Each balance is the sum of its wallet's entries (invariant 2), so this is the sum of every
+    /// entry ever posted: zero per currency on a healthy shard; the lead adds these across shards.
     #[must_use]
-    pub fn entry_sums_by_currency(&self) -> BTreeMap<Currency, Option<Decimal>> {
+    pub fn balance_sums_by_currency(&self) -> BTreeMap<Currency, Option<Decimal>> {
         let mut sums: BTreeMap<Currency, Option<Decimal>> = BTreeMap::new();
         for wallet in &self.wallets {
             let sum = sums.entry(wallet.currency()).or_insert(Some(Decimal::ZERO));
-            for entry in wallet.entries() {
-                *sum = sum.and_then(|total| total.checked_add(entry.signed_amount()));
-            }
+            *sum = sum.and_then(|total| total.checked_add(wallet.balance()));
         }
         sums
     }
@@ -422,5 +704,23 @@ impl Shard {
                     .collect()
             })
             .unwrap_or_default()
+    }
+}
+
+impl RecordUuids for Shard {
+    fn transaction_uuid(&self, wallet_id: WalletId, id: TransactionId) -> Option<Uuid> {
+        self.record_uuid(
+            wallet_id,
+            |wallet| self.transaction_record(wallet, id),
+            |t: &Transaction| t.uuid,
+        )
+    }
+
+    fn hold_uuid(&self, wallet_id: WalletId, id: HoldId) -> Option<Uuid> {
+        self.record_uuid(
+            wallet_id,
+            |wallet| self.hold_record(wallet, id),
+            |h: &Hold| h.uuid,
+        )
     }
 }

@@ -561,7 +561,8 @@ fn payment_lists_and_merchant_transactions() {
     // Every transaction of the merchant's wallets, debits too, newest first.
     let listed = h
         .shard
-        .merchant_transactions_page(MERCHANT, Page::default());
+        .merchant_transactions_page(MERCHANT, Page::default())
+        .unwrap();
     let kinds: Vec<TransactionType> = listed.records.iter().map(|t| t.transaction_type).collect();
     assert_eq!(
         kinds,

@@ -66,7 +66,7 @@ fn reports_of_one_shard() {
     );
     assert!(h.shard.balance_summary(None, Some(cur("EUR"))).is_empty());
 
-    let transactions = h.shard.transaction_report(&range(&h));
+    let transactions = h.shard.transaction_report(&range(&h)).unwrap();
     let payment_rows: Vec<(TransactionType, u64)> = transactions
         .iter()
         .map(|row| (row.transaction_type, row.count))

@@ -213,7 +213,7 @@ pub(crate) fn approve_settlement(settlement_id: SettlementId, by: u64) -> Comman
 /// Sum of the shard's per-currency entry sums (zero when balanced).
 pub(crate) fn all_zero(h: &Harness) -> bool {
     h.shard
-        .entry_sums_by_currency()
+        .balance_sums_by_currency()
         .values()
         .all(|sum| sum.is_some_and(|sum| sum == Decimal::ZERO))
 }

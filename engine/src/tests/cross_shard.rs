@@ -32,7 +32,7 @@ fn reserve(h: &mut Harness, command: Command) -> OutgoingTransfer {
 fn global_sums(shards: &[&Shard]) -> BTreeMap<Currency, Decimal> {
     let mut sums = BTreeMap::new();
     for shard in shards {
-        for (currency, sum) in shard.entry_sums_by_currency() {
+        for (currency, sum) in shard.balance_sums_by_currency() {
             *sums.entry(currency).or_insert(Decimal::ZERO) += sum.unwrap();
         }
     }

@@ -57,7 +57,7 @@ fn deposit_credits_the_wallet_and_debits_float() {
         "system entries carry the posting's transaction"
     );
     assert_eq!(
-        h.shard.entry_sums_by_currency()[&cur("USD")],
+        h.shard.balance_sums_by_currency()[&cur("USD")],
         Some(dec("0"))
     );
 }

@@ -42,6 +42,7 @@ use crate::values::ids::{EntryId, WalletId};
 /// | 18 | `payment_link_expired` | initiating a payment on a link at or past its `expires_at` | 409 |
 /// | 19 | `period_invalid` | a settlement period that ends before it starts | 422 |
 /// | 20 | `nothing_to_settle` | no unsettled payment credit (with a positive net total) in the period | 422 |
+/// | 21 | `unavailable` | a record that left memory could not be read back from the history store | 503 |
 ///
 /// Numbers never change once published, so codes added later get the next numbers and are checked
 /// after the older ones; each new code is placed so that this still holds for every command (a
@@ -92,6 +93,8 @@ pub enum Rejection {
     PeriodInvalid(&'static str),
     #[error("nothing to settle in the period")]
     NothingToSettle,
+    #[error("unavailable: {0}")]
+    Unavailable(&'static str),
 }
 
 impl From<UnknownCurrency> for Rejection {
@@ -125,6 +128,7 @@ impl Rejection {
             Self::PaymentLinkExpired => "payment_link_expired",
             Self::PeriodInvalid(_) => "period_invalid",
             Self::NothingToSettle => "nothing_to_settle",
+            Self::Unavailable(_) => "unavailable",
         }
     }
 
@@ -152,6 +156,7 @@ impl Rejection {
             Self::PaymentLinkExpired => 18,
             Self::PeriodInvalid(_) => 19,
             Self::NothingToSettle => 20,
+            Self::Unavailable(_) => 21,
         }
     }
 }

@@ -1,6 +1,7 @@
 //! The cross-shard transfer protocol (reserve → credit → finalize or release), run on the
 //! source's Arbiter; see `super` for the steps and recovery.
 
+use crate::commerce::view::RecordUuids;
 use crate::runtime::actor::{Answer, Claim, Executed};
 use crate::runtime::config::EngineError;
 use crate::runtime::engine::Engine;
@@ -64,8 +65,7 @@ impl Engine {
         let debit_uuid = self
             .peek_shard(source, move |s| {
                 let transfer = s.outgoing_transfer(transfer_uuid)?;
-                let wallet = s.wallet(transfer.source_wallet_id)?;
-                Some(wallet.transaction(transfer.transaction_id)?.uuid)
+                s.transaction_uuid(transfer.source_wallet_id, transfer.transaction_id)
             })
             .await?;
         let (command, answer) = match credited.result {

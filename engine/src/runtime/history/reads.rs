@@ -134,66 +134,85 @@ impl Engine {
     }
 }
 
-/// Compares one shard's in-memory history with the store, record by record.
+/// Compares one shard's hot state with the store: per wallet the record counts, the chain (every
+/// filed entry follows the one before it, and the last is the wallet's chain head and balance),
+/// and every record still in memory against its filed version.
 fn compare_shard(shard: &Shard, store: &Arc<HistoryStore>) -> Result<u64, String> {
     let mut compared = 0u64;
     for wallet in shard.wallets() {
         let id = wallet.id();
         let failed = |what: &str| format!("wallet {}: {what}", id.0);
         let counts = store.counts(id).map_err(|e| failed(&e.to_string()))?;
-        let held = (
-            wallet.transactions().len() as u64,
-            wallet.entries().len() as u64,
-            wallet.holds().len() as u64,
-        );
-        if (counts.transactions, counts.entries, counts.holds) != held {
+        let held = wallet.counts();
+        if (counts.transactions, counts.entries, counts.holds)
+            != (held.transactions, held.entries, held.holds)
+        {
             return Err(failed(&format!(
-                "the store counts {counts:?}, the shard holds {held:?} (transactions, entries, holds)"
+                "the store counts {counts:?}, the shard counts {held:?}"
             )));
         }
-        let mut memory = wallet.entries().iter();
         let mut prev = Hash::ZERO;
-        let mut first_difference = None;
+        let mut balance = None;
+        let mut broken = None;
         store
             .for_each_entry(id, &mut |(stored_prev, stored)| {
-                let same = memory.next().is_some_and(|held| held == stored) && *stored_prev == prev;
-                if !same && first_difference.is_none() {
-                    first_difference = Some(stored.id);
+                if *stored_prev != prev && broken.is_none() {
+                    broken = Some(stored.id);
                 }
                 prev = stored.hash;
+                balance = Some(stored.balance_after);
             })
             .map_err(|e| failed(&e.to_string()))?;
-        if let Some(entry) = first_difference {
-            return Err(failed(&format!("entry {} differs from the store", entry.0)));
-        }
-        let mut memory = wallet.transactions().iter();
-        let mut differs = None;
-        store
-            .for_each_transaction(id, &mut |stored| {
-                if memory.next() != Some(stored) && differs.is_none() {
-                    differs = Some(stored.id);
-                }
-            })
-            .map_err(|e| failed(&e.to_string()))?;
-        if let Some(transaction) = differs {
+        if let Some(entry) = broken {
             return Err(failed(&format!(
-                "transaction {} differs from the store",
-                transaction.0
+                "entry {} does not follow the entry before it in the store",
+                entry.0
             )));
         }
-        let mut memory = wallet.holds().iter();
-        let mut differs = None;
-        store
-            .for_each_hold(id, &mut |stored| {
-                if memory.next() != Some(stored) && differs.is_none() {
-                    differs = Some(stored.id);
-                }
-            })
-            .map_err(|e| failed(&e.to_string()))?;
-        if let Some(hold) = differs {
-            return Err(failed(&format!("hold {} differs from the store", hold.0)));
+        if prev != wallet.chain_head() {
+            return Err(failed(
+                "the store's chain does not end at the wallet's chain head",
+            ));
         }
-        compared += held.0 + held.1 + held.2;
+        if balance.is_some_and(|balance| balance != wallet.balance()) {
+            return Err(failed(
+                "the store's last entry disagrees with the wallet's balance",
+            ));
+        }
+        for entry in wallet.entries() {
+            let stored = store
+                .entry(id, entry.id)
+                .map_err(|e| failed(&e.to_string()))?;
+            if stored.as_ref().map(|(_, stored)| stored) != Some(entry) {
+                return Err(failed(&format!(
+                    "entry {} differs from the store",
+                    entry.id.0
+                )));
+            }
+        }
+        for transaction in wallet.transactions() {
+            let stored = store
+                .transaction(id, transaction.id)
+                .map_err(|e| failed(&e.to_string()))?;
+            if stored.as_ref() != Some(transaction) {
+                return Err(failed(&format!(
+                    "transaction {} differs from the store",
+                    transaction.id.0
+                )));
+            }
+        }
+        for hold in wallet.holds() {
+            let stored = store
+                .hold(id, hold.id)
+                .map_err(|e| failed(&e.to_string()))?;
+            if stored.as_ref() != Some(hold) {
+                return Err(failed(&format!(
+                    "hold {} differs from the store",
+                    hold.id.0
+                )));
+            }
+        }
+        compared += held.transactions + held.entries + held.holds;
     }
     Ok(compared)
 }

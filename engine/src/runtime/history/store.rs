@@ -39,6 +39,7 @@ use serde::Serialize;
 
 use crate::ledger::hold::Hold;
 use crate::ledger::transaction::{Hash, LedgerEntry, Transaction};
+use crate::shard::cold::ColdResult;
 use crate::values::ids::{EntryId, HoldId, TransactionId, Uuid, WalletId};
 
 /// First byte of every stored value; a new layout takes a new number and keeps a reader for the
@@ -489,4 +490,59 @@ fn newest_first<T: DeserializeOwned>(
         records.push(decode(what, &key, &bytes)?);
     }
     Ok(records)
+}
+
+/// The store as the shards' source of records that left memory (`shard::cold`).
+impl crate::shard::cold::ColdHistory for HistoryStore {
+    fn transaction(&self, wallet: WalletId, id: TransactionId) -> ColdResult<Option<Transaction>> {
+        HistoryStore::transaction(self, wallet, id).map_err(|e| e.to_string())
+    }
+
+    fn entry(&self, wallet: WalletId, id: EntryId) -> ColdResult<Option<LedgerEntry>> {
+        HistoryStore::entry(self, wallet, id)
+            .map(|found| found.map(|(_, entry)| entry))
+            .map_err(|e| e.to_string())
+    }
+
+    fn hold(&self, wallet: WalletId, id: HoldId) -> ColdResult<Option<Hold>> {
+        HistoryStore::hold(self, wallet, id).map_err(|e| e.to_string())
+    }
+
+    fn locate_transaction(&self, uuid: Uuid) -> ColdResult<Option<(WalletId, TransactionId)>> {
+        HistoryStore::locate_transaction(self, uuid).map_err(|e| e.to_string())
+    }
+
+    fn locate_hold(&self, uuid: Uuid) -> ColdResult<Option<(WalletId, HoldId)>> {
+        HistoryStore::locate_hold(self, uuid).map_err(|e| e.to_string())
+    }
+
+    fn for_each_transaction(
+        &self,
+        wallet: WalletId,
+        visit: &mut dyn FnMut(Transaction) -> bool,
+    ) -> ColdResult<()> {
+        let mut going = true;
+        HistoryStore::for_each_transaction(self, wallet, &mut |transaction| {
+            if going {
+                going = visit(transaction.clone());
+            }
+        })
+        .map(drop)
+        .map_err(|e| e.to_string())
+    }
+
+    fn for_each_entry(
+        &self,
+        wallet: WalletId,
+        visit: &mut dyn FnMut(Hash, LedgerEntry) -> bool,
+    ) -> ColdResult<()> {
+        let mut going = true;
+        HistoryStore::for_each_entry(self, wallet, &mut |(before, entry)| {
+            if going {
+                going = visit(*before, entry.clone());
+            }
+        })
+        .map(drop)
+        .map_err(|e| e.to_string())
+    }
 }

@@ -146,7 +146,7 @@ impl Shard {
         self.wallet(wallet_id).is_some_and(|wallet| {
             !wallet.is_system()
                 && wallet.currency() == currency
-                && transaction_id.is_none_or(|id| wallet.transaction(id).is_some())
+                && transaction_id.is_none_or(|id| self.transaction_known(wallet, id))
         })
     }
 
@@ -396,12 +396,12 @@ impl Shard {
             }
             PayoutChange::Executed { transaction_id, .. } => {
                 hold.is_some_and(|(status, _)| status == HoldStatus::Captured)
-                    && wallet.is_some_and(|w| w.transaction(*transaction_id).is_some())
+                    && wallet.is_some_and(|w| self.transaction_known(w, *transaction_id))
             }
             PayoutChange::Failed {
                 return_transaction_id,
                 ..
-            } => wallet.is_some_and(|w| w.transaction(*return_transaction_id).is_some()),
+            } => wallet.is_some_and(|w| self.transaction_known(w, *return_transaction_id)),
         };
         if !fits {
             return Err(ApplyError::new(
@@ -485,9 +485,11 @@ impl Shard {
             .filter(|wallet| !wallet.is_system() && wallet.currency() == settlement.currency)
             .ok_or(ApplyError::new("settlement's wallet does not fit", id))?;
         for item in &settlement.items {
-            let fits = wallet
-                .transaction(item.transaction_id)
-                .is_some_and(|transaction| transaction.uuid == item.transaction_uuid);
+            // A transaction that left memory is checked by its id alone.
+            let fits = match wallet.transaction(item.transaction_id) {
+                Some(transaction) => transaction.uuid == item.transaction_uuid,
+                None => self.transaction_known(wallet, item.transaction_id),
+            };
             if !fits
                 || self
                     .index
@@ -533,7 +535,7 @@ impl Shard {
         if let SettlementChange::Executed { transaction_id, .. } = change {
             let posted = self
                 .wallet(settlement.wallet_id)
-                .is_some_and(|wallet| wallet.transaction(*transaction_id).is_some());
+                .is_some_and(|wallet| self.transaction_known(wallet, *transaction_id));
             if !posted {
                 return Err(ApplyError::new("settlement executed without its debit", id));
             }

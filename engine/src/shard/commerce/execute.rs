@@ -22,10 +22,10 @@ impl Shard {
         let wallet = self
             .wallet(wallet_id)
             .ok_or(missing("wallet of outcome", wallet_id.0))?;
-        let transaction = wallet
-            .transaction(transaction_id)
+        let transaction = self
+            .transaction_record(wallet, transaction_id)?
             .ok_or(missing("transaction of outcome", transaction_id.0))?;
-        Ok(TransactionView::of(wallet, transaction))
+        Ok(TransactionView::of(wallet, &transaction))
     }
 
     fn reserved_outcome(&self, reservation: &PaymentReservation) -> Result<Outcome, ExecuteError> {

@@ -40,6 +40,16 @@ impl Shard {
             .filter(|wallet| !wallet.is_system() && wallet.currency() == currency)
     }
 
+    /// Transaction `id` of `wallet` from memory or the store (`None` if unreadable, which the
+    /// check then reports).
+    fn recorded<'a>(
+        &self,
+        wallet: &'a crate::ledger::wallet::Wallet,
+        id: TransactionId,
+    ) -> Option<std::borrow::Cow<'a, crate::ledger::transaction::Transaction>> {
+        self.transaction_record(wallet, id).ok().flatten()
+    }
+
     /// Whether `id` was minted by this shard before `next_seq`.
     fn minted(&self, id: u64, next_seq: u64) -> bool {
         self.ids.seq_of(id).is_some_and(|seq| seq < next_seq)
@@ -56,20 +66,27 @@ impl Shard {
     fn check_payments(&self) -> Result<(), InvariantViolation> {
         // Refunds per payment, from the merchant wallets' live refund debits.
         let mut refunds: HashMap<Uuid, Decimal> = HashMap::new();
-        for wallet in self.wallets() {
-            for transaction in wallet.transactions() {
+        let mut overflow = false;
+        for wallet in self.wallets().filter(|wallet| wallet.has_history()) {
+            self.for_each_transaction(wallet, |transaction| {
                 if transaction.transaction_type == TransactionType::PaymentRefund
                     && transaction.direction == Direction::Debit
                     && transaction.status == TransactionStatus::Completed
                 {
                     if let Some(payment) = transaction.transfer_uuid {
                         let sum = refunds.entry(payment).or_insert(Decimal::ZERO);
-                        *sum = sum
-                            .checked_add(transaction.amount)
-                            .ok_or(InvariantViolation::Overflow)?;
+                        match sum.checked_add(transaction.amount) {
+                            Some(total) => *sum = total,
+                            None => overflow = true,
+                        }
                     }
                 }
-            }
+                true
+            })
+            .map_err(|_| InvariantViolation::IndexMismatch("history store unreadable"))?;
+        }
+        if overflow {
+            return Err(InvariantViolation::Overflow);
         }
         let mut ids = BTreeSet::new();
         for (uuid, payment) in &self.commerce.payments {
@@ -111,7 +128,7 @@ impl Shard {
                 )?;
                 let credit = payment
                     .merchant_transaction_id
-                    .and_then(|tx| merchant.transaction(tx))
+                    .and_then(|tx| self.recorded(merchant, tx))
                     .ok_or(corrupt(r, id, "completed without its merchant credit"))?;
                 check(
                     credit.transaction_type == TransactionType::Payment
@@ -194,7 +211,7 @@ impl Shard {
             let r = "payment reservation";
             let debit = self
                 .commerce_wallet(reservation.source_wallet_id, reservation.currency)
-                .and_then(|wallet| wallet.transaction(reservation.transaction_id));
+                .and_then(|wallet| self.recorded(wallet, reservation.transaction_id));
             check(
                 *uuid == reservation.uuid
                     && !self.owns(reservation.target_wallet_id)
@@ -222,7 +239,7 @@ impl Shard {
         for (uuid, credit) in &self.commerce.credits {
             let credited = self
                 .commerce_wallet(credit.target_wallet_id, credit.currency)
-                .and_then(|wallet| wallet.transaction(credit.transaction_id));
+                .and_then(|wallet| self.recorded(wallet, credit.transaction_id));
             check(
                 *uuid == credit.uuid
                     && !self.owns(credit.source_wallet_id)
@@ -249,8 +266,10 @@ impl Shard {
             let wallet = self
                 .commerce_wallet(payout.wallet_id, payout.currency)
                 .ok_or(corrupt(r, id, "wallet does not fit"))?;
-            let hold = wallet
-                .hold(payout.hold_id)
+            let hold = self
+                .hold_record(wallet, payout.hold_id)
+                .ok()
+                .flatten()
                 .ok_or(corrupt(r, id, "its hold is missing"))?;
             check(
                 self.index.commerce.payout_holds.get(&payout.hold_id) == Some(&payout.id),
@@ -279,7 +298,7 @@ impl Shard {
             );
             let debit_ok = payout
                 .transaction_id
-                .and_then(|tx| wallet.transaction(tx))
+                .and_then(|tx| self.recorded(wallet, tx))
                 .is_some_and(|tx| {
                     tx.transaction_type == TransactionType::Payout && tx.amount == payout.amount
                 });
@@ -291,7 +310,7 @@ impl Shard {
             )?;
             let returned = payout
                 .return_transaction_id
-                .and_then(|tx| wallet.transaction(tx))
+                .and_then(|tx| self.recorded(wallet, tx))
                 .is_some_and(|tx| tx.transaction_type == TransactionType::PayoutReturn);
             check(
                 returned == (payout.status == PayoutStatus::Failed),
@@ -324,12 +343,14 @@ impl Shard {
             let mut total = Decimal::ZERO;
             let mut unique = BTreeSet::new();
             for item in &settlement.items {
-                let fits = wallet.transaction(item.transaction_id).is_some_and(|tx| {
-                    tx.uuid == item.transaction_uuid
-                        && tx.transaction_type == TransactionType::Payment
-                        && tx.direction == Direction::Credit
-                        && tx.net_amount == item.net_amount
-                });
+                let fits = self
+                    .recorded(wallet, item.transaction_id)
+                    .is_some_and(|tx| {
+                        tx.uuid == item.transaction_uuid
+                            && tx.transaction_type == TransactionType::Payment
+                            && tx.direction == Direction::Credit
+                            && tx.net_amount == item.net_amount
+                    });
                 check(
                     fits && unique.insert(item.transaction_id),
                     r,
@@ -353,7 +374,7 @@ impl Shard {
             )?;
             let executed = settlement
                 .transaction_id
-                .and_then(|tx| wallet.transaction(tx))
+                .and_then(|tx| self.recorded(wallet, tx))
                 .is_some_and(|tx| {
                     tx.transaction_type == TransactionType::Settlement && tx.amount == total
                 });

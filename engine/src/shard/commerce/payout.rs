@@ -301,25 +301,24 @@ impl Shard {
             .checked_add(DAY_MS)
             .ok_or(Rejection::PeriodInvalid("period_end out of range"))?;
         let currency = wallet.currency();
-        let items: Vec<SettlementItem> = wallet
-            .transactions()
-            .iter()
-            .filter(|transaction| {
-                transaction.transaction_type == TransactionType::Payment
-                    && transaction.direction == Direction::Credit
-                    && transaction.status == TransactionStatus::Completed
-                    && (request.period_start_ms..end_exclusive).contains(&transaction.created_at_ms)
-                    && !self.index.commerce.settled.contains_key(&transaction.id)
-            })
-            .take(SETTLEMENT_ITEMS_MAX)
-            .map(|transaction| SettlementItem {
-                transaction_id: transaction.id,
-                transaction_uuid: transaction.uuid,
-                amount: transaction.amount,
-                fee_amount: transaction.fee_amount,
-                net_amount: transaction.net_amount,
-            })
-            .collect();
+        let mut items: Vec<SettlementItem> = Vec::new();
+        self.for_each_transaction(wallet, |transaction| {
+            if transaction.transaction_type == TransactionType::Payment
+                && transaction.direction == Direction::Credit
+                && transaction.status == TransactionStatus::Completed
+                && (request.period_start_ms..end_exclusive).contains(&transaction.created_at_ms)
+                && !self.index.commerce.settled.contains_key(&transaction.id)
+            {
+                items.push(SettlementItem {
+                    transaction_id: transaction.id,
+                    transaction_uuid: transaction.uuid,
+                    amount: transaction.amount,
+                    fee_amount: transaction.fee_amount,
+                    net_amount: transaction.net_amount,
+                });
+            }
+            items.len() < SETTLEMENT_ITEMS_MAX
+        })?;
         let sum = |pick: fn(&SettlementItem) -> Decimal| {
             items
                 .iter()

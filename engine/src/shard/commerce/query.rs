@@ -55,10 +55,7 @@ impl Shard {
     /// The payment with this uuid (`PaymentResult` source).
     pub fn payment_view(&self, uuid: Uuid) -> Result<PaymentView, Rejection> {
         let payment = self.payment(uuid).ok_or(Rejection::NotFound("payment"))?;
-        Ok(PaymentView::of(
-            self.wallet(payment.merchant_wallet_id),
-            payment,
-        ))
+        Ok(PaymentView::of(self, payment))
     }
 
     /// Payments, newest first.
@@ -80,7 +77,7 @@ impl Shard {
             records: paged
                 .records
                 .into_iter()
-                .map(|payment| PaymentView::of(self.wallet(payment.merchant_wallet_id), payment))
+                .map(|payment| PaymentView::of(self, payment))
                 .collect(),
             total: paged.total,
         }
@@ -118,7 +115,7 @@ impl Shard {
         let payout = self
             .payout(payout_id)
             .ok_or(Rejection::NotFound("payout"))?;
-        Ok(PayoutView::of(self.wallet(payout.wallet_id), payout))
+        Ok(PayoutView::of(self, payout))
     }
 
     /// Payouts, newest first.
@@ -134,7 +131,7 @@ impl Shard {
             records: paged
                 .records
                 .into_iter()
-                .map(|payout| PayoutView::of(self.wallet(payout.wallet_id), payout))
+                .map(|payout| PayoutView::of(self, payout))
                 .collect(),
             total: paged.total,
         }
@@ -152,10 +149,7 @@ impl Shard {
         let settlement = self
             .settlement(settlement_id)
             .ok_or(Rejection::NotFound("settlement"))?;
-        Ok(SettlementView::of(
-            self.wallet(settlement.wallet_id),
-            settlement,
-        ))
+        Ok(SettlementView::of(self, settlement))
     }
 
     /// Settlements, newest first.
@@ -176,7 +170,7 @@ impl Shard {
             records: paged
                 .records
                 .into_iter()
-                .map(|settlement| SettlementView::of(self.wallet(settlement.wallet_id), settlement))
+                .map(|settlement| SettlementView::of(self, settlement))
                 .collect(),
             total: paged.total,
         }
@@ -201,32 +195,29 @@ impl Shard {
         &self,
         merchant_id: u64,
         page: Page,
-    ) -> Paged<TransactionView> {
+    ) -> Result<Paged<TransactionView>, Rejection> {
         let mut credits: Vec<(
             &crate::ledger::wallet::Wallet,
-            &crate::ledger::transaction::Transaction,
-        )> = self
-            .wallets()
-            .filter(|wallet| {
-                wallet.owner_type() == OwnerType::Merchant && wallet.business_id() == merchant_id
-            })
-            .flat_map(|wallet| {
-                wallet
-                    .transactions()
-                    .iter()
-                    .map(move |transaction| (wallet, transaction))
-            })
-            .collect();
+            crate::ledger::transaction::Transaction,
+        )> = Vec::new();
+        for wallet in self.wallets().filter(|wallet| {
+            wallet.owner_type() == OwnerType::Merchant && wallet.business_id() == merchant_id
+        }) {
+            self.for_each_transaction(wallet, |transaction| {
+                credits.push((wallet, transaction.clone()));
+                true
+            })?;
+        }
         credits.sort_unstable_by_key(|(_, transaction)| std::cmp::Reverse(transaction.id));
         let paged = paginate(credits.into_iter(), page);
-        Paged {
+        Ok(Paged {
             records: paged
                 .records
                 .into_iter()
-                .map(|(wallet, transaction)| TransactionView::of(wallet, transaction))
+                .map(|(wallet, transaction)| TransactionView::of(wallet, &transaction))
                 .collect(),
             total: paged.total,
-        }
+        })
     }
 
     /// A cross-shard payment step this shard is the source of.

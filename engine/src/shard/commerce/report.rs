@@ -16,6 +16,8 @@ use std::collections::BTreeMap;
 
 use rust_decimal::Decimal;
 
+use crate::values::error::Rejection;
+
 use crate::commerce::payout::{PayoutStatus, SettlementStatus};
 use crate::ledger::transaction::TransactionType;
 use crate::ledger::wallet::OwnerType;
@@ -34,8 +36,12 @@ pub struct ReportRange {
 
 impl ReportRange {
     fn covers(&self, at_ms: i64, business_id: u64, currency: Currency) -> bool {
-        (self.from_ms..=self.to_ms).contains(&at_ms)
-            && self.business_id.is_none_or(|wanted| wanted == business_id)
+        (self.from_ms..=self.to_ms).contains(&at_ms) && self.wants(business_id, currency)
+    }
+
+    /// Whether a wallet of this business and currency can have rows in the report.
+    fn wants(&self, business_id: u64, currency: Currency) -> bool {
+        self.business_id.is_none_or(|wanted| wanted == business_id)
             && self.currency.is_none_or(|wanted| wanted == currency)
     }
 }
@@ -178,12 +184,19 @@ impl Shard {
         rows.into_values().collect()
     }
 
-    /// Client wallet transactions created in the range, by type and currency.
-    #[must_use]
-    pub fn transaction_report(&self, range: &ReportRange) -> Vec<TransactionRow> {
+    /// Client wallet transactions created in the range, by type and currency (read through
+    /// memory and the history store).
+    pub fn transaction_report(
+        &self,
+        range: &ReportRange,
+    ) -> Result<Vec<TransactionRow>, Rejection> {
         let mut rows: Tally<(TransactionType, Currency)> = BTreeMap::new();
-        for wallet in self.wallets().filter(|wallet| !wallet.is_system()) {
-            for transaction in wallet.transactions() {
+        for wallet in self
+            .wallets()
+            .filter(|wallet| !wallet.is_system() && wallet.has_history())
+            .filter(|wallet| range.wants(wallet.business_id(), wallet.currency()))
+        {
+            self.for_each_transaction(wallet, |transaction| {
                 if range.covers(
                     transaction.created_at_ms,
                     wallet.business_id(),
@@ -195,9 +208,11 @@ impl Shard {
                         transaction.amount,
                     );
                 }
-            }
+                true
+            })?;
         }
-        rows.into_iter()
+        Ok(rows
+            .into_iter()
             .map(
                 |((transaction_type, currency), (count, total_amount))| TransactionRow {
                     transaction_type,
@@ -206,7 +221,7 @@ impl Shard {
                     total_amount,
                 },
             )
-            .collect()
+            .collect())
     }
 }
 

@@ -12,10 +12,11 @@ use crate::ledger::hold::HoldStatus;
 use crate::ledger::transaction::{entry_hash, LedgerEntry, Transaction};
 use crate::ledger::transfer::{IncomingTransfer, OutgoingTransfer, TransferState};
 use crate::ledger::wallet::{History, Wallet, WalletStatus};
+use crate::shard::cold::Recall;
 use crate::shard::event::{Event, WalletCreated};
 use crate::shard::state::{OwnerKey, Shard};
 use crate::values::error::ApplyError;
-use crate::values::ids::{HoldId, TransactionId, WalletId};
+use crate::values::ids::{EntryId, HoldId, TransactionId, WalletId};
 use crate::values::money::zero;
 
 impl Shard {
@@ -43,29 +44,27 @@ impl Shard {
                 wallet_id,
                 entry_id,
                 reversed_by_entry_id,
-            } => {
-                let wallet = self.wallet_for_apply(*wallet_id)?;
-                let entry = wallet
-                    .entry_mut(*entry_id)
-                    .ok_or(ApplyError::new("unknown entry", entry_id.0))?;
-                entry
+            } => match self.entry_for_change(*wallet_id, *entry_id)? {
+                Some(entry) => entry
                     .mark_reversed(*reversed_by_entry_id)
-                    .map_err(|reason| ApplyError::new(reason, entry_id.0))
-            }
+                    .map_err(|reason| ApplyError::new(reason, entry_id.0)),
+                // Filed already: the store's filing of this event marks it.
+                None => Ok(()),
+            },
             Event::TransactionReversed {
                 wallet_id,
                 transaction_id,
                 reversed_by_transaction_id,
                 at_ms,
             } => {
-                let wallet = self.wallet_for_apply(*wallet_id)?;
-                let transaction = wallet
-                    .transaction_mut(*transaction_id)
-                    .ok_or(ApplyError::new("unknown transaction", transaction_id.0))?;
-                transaction
-                    .mark_reversed(*reversed_by_transaction_id, *at_ms)
-                    .map_err(|reason| ApplyError::new(reason, transaction_id.0))?;
-                wallet.updated_at_ms = *at_ms;
+                if let Some(transaction) =
+                    self.transaction_for_change(*wallet_id, *transaction_id)?
+                {
+                    transaction
+                        .mark_reversed(*reversed_by_transaction_id, *at_ms)
+                        .map_err(|reason| ApplyError::new(reason, transaction_id.0))?;
+                }
+                self.wallet_for_apply(*wallet_id)?.updated_at_ms = *at_ms;
                 Ok(())
             }
             Event::RefundTotalChanged {
@@ -74,14 +73,14 @@ impl Shard {
                 refunded_amount,
                 at_ms,
             } => {
-                let wallet = self.wallet_for_apply(*wallet_id)?;
-                let transaction = wallet
-                    .transaction_mut(*transaction_id)
-                    .ok_or(ApplyError::new("unknown transaction", transaction_id.0))?;
-                transaction
-                    .set_refunded(*refunded_amount)
-                    .map_err(|reason| ApplyError::new(reason, transaction_id.0))?;
-                wallet.updated_at_ms = *at_ms;
+                if let Some(transaction) =
+                    self.transaction_for_change(*wallet_id, *transaction_id)?
+                {
+                    transaction
+                        .set_refunded(*refunded_amount)
+                        .map_err(|reason| ApplyError::new(reason, transaction_id.0))?;
+                }
+                self.wallet_for_apply(*wallet_id)?.updated_at_ms = *at_ms;
                 Ok(())
             }
             Event::HoldPlaced { wallet_id, hold } => self.apply_hold_placed(*wallet_id, hold),
@@ -129,6 +128,89 @@ impl Shard {
     ) -> Result<&mut Wallet, ApplyError> {
         self.wallet_mut(wallet_id)
             .ok_or(ApplyError::new("unknown wallet", wallet_id.0))
+    }
+
+    /// Whether transaction `id` was issued by this shard: in memory, or (once records leave
+    /// memory) below the transaction sequence. What apply checks a reference against.
+    pub(crate) fn transaction_known(&self, wallet: &Wallet, id: TransactionId) -> bool {
+        wallet.transaction(id).is_some()
+            || (self.recall.evicts()
+                && self
+                    .ids
+                    .seq_of(id.0)
+                    .is_some_and(|seq| seq < self.next_transaction_seq))
+    }
+
+    /// Transaction `id` of `wallet_id`, to change under the current command: in memory, or
+    /// recalled from the store into memory (`Recall::Store`); `None` while replaying if it is not
+    /// in memory (the store's own filing of the event changes it).
+    fn transaction_for_change(
+        &mut self,
+        wallet_id: WalletId,
+        id: TransactionId,
+    ) -> Result<Option<&mut Transaction>, ApplyError> {
+        let unknown = ApplyError::new("unknown transaction", id.0);
+        let stamp = self.stamp;
+        let issued = self
+            .ids
+            .seq_of(id.0)
+            .is_some_and(|seq| seq < self.next_transaction_seq);
+        self.touch(wallet_id);
+        let position = self
+            .position_of(wallet_id)
+            .filter(|p| self.wallets.get(*p).is_some_and(|w| w.id() == wallet_id))
+            .ok_or(ApplyError::new("unknown wallet", wallet_id.0))?;
+        let recall = self.recall.clone();
+        let wallet = self
+            .wallets
+            .get_mut(position)
+            .ok_or(ApplyError::new("unknown wallet", wallet_id.0))?;
+        if wallet.transaction(id).is_some() {
+            return Ok(wallet.transaction_mut(id, stamp));
+        }
+        match recall {
+            Recall::Keep => Err(unknown),
+            Recall::Replay => issued.then_some(None).ok_or(unknown),
+            Recall::Store(store) => {
+                let filed = store
+                    .transaction(wallet_id, id)
+                    .map_err(|_| ApplyError::new("the history store could not be read", id.0))?
+                    .ok_or(unknown)?;
+                self.index
+                    .transactions
+                    .insert(filed.uuid, (wallet_id, filed.id));
+                Ok(wallet
+                    .history_mut()
+                    .transactions
+                    .recall(stamp, filed, |t| t.id))
+            }
+        }
+    }
+
+    /// Entry `id` of `wallet_id`, to change under the current command, if it is in memory.
+    /// Entries are not recalled: the only change to a filed entry (its reversal mark) is made by
+    /// the store's filing, and decisions read the reversal from the transaction.
+    fn entry_for_change(
+        &mut self,
+        wallet_id: WalletId,
+        id: EntryId,
+    ) -> Result<Option<&mut LedgerEntry>, ApplyError> {
+        let stamp = self.stamp;
+        let issued = self
+            .ids
+            .seq_of(id.0)
+            .is_some_and(|seq| seq < self.next_entry_seq);
+        let evicts = self.recall.evicts();
+        self.touch(wallet_id);
+        let wallet = self.wallet_for_apply(wallet_id)?;
+        if wallet.entry(id).is_some() {
+            return Ok(wallet.entry_mut(id, stamp));
+        }
+        if evicts && issued {
+            Ok(None)
+        } else {
+            Err(ApplyError::new("unknown entry", id.0))
+        }
     }
 
     /// Checks that `id` is the next id of a sequence and returns the sequence number after it.
@@ -200,6 +282,8 @@ impl Shard {
         if self.index.transactions.contains_key(&transaction.uuid) {
             return Err(ApplyError::new("duplicate transaction uuid", id));
         }
+        let replaying = matches!(self.recall, Recall::Replay);
+        let stamp = self.stamp;
         let wallet = self.wallet_for_apply(wallet_id)?;
         if wallet.is_system() {
             return Err(ApplyError::new(
@@ -208,10 +292,16 @@ impl Shard {
             ));
         }
         wallet.updated_at_ms = transaction.created_at_ms;
-        wallet.history_mut().transactions.push(transaction.clone());
-        self.index
-            .transactions
-            .insert(transaction.uuid, (wallet_id, transaction.id));
+        let history = wallet.history_mut();
+        history.counts.transactions += 1;
+        // Replay keeps no history in memory: the store files it from the same log.
+        if !replaying {
+            history.transactions.push(stamp, transaction.clone());
+            self.index
+                .transactions
+                .insert(transaction.uuid, (wallet_id, transaction.id));
+            self.touch(wallet_id);
+        }
         self.next_transaction_seq = next;
         Ok(())
     }
@@ -223,6 +313,8 @@ impl Shard {
     ) -> Result<(), ApplyError> {
         let id = entry.id.0;
         let next = self.next_in_sequence(id, self.next_entry_seq, "entry id out of sequence")?;
+        let replaying = matches!(self.recall, Recall::Replay);
+        let stamp = self.stamp;
         let wallet = self.wallet_for_apply(wallet_id)?;
         let expected_balance = wallet.balance.checked_add(entry.signed_amount());
         if expected_balance != Some(entry.balance_after) {
@@ -241,7 +333,16 @@ impl Shard {
         wallet.updated_at_ms = entry.created_at_ms;
         let history = wallet.history_mut();
         history.chain_head = entry.hash;
-        history.entries.push(entry.clone());
+        history.counts.entries += 1;
+        if replaying {
+            // Nothing of the chain in memory: the next entry in memory follows this one.
+            if history.entries.is_empty() {
+                history.entries_before = entry.hash;
+            }
+        } else {
+            history.entries.push(stamp, entry.clone());
+            self.touch(wallet_id);
+        }
         self.next_entry_seq = next;
         Ok(())
     }
@@ -259,6 +360,7 @@ impl Shard {
         if hold.status != HoldStatus::Active {
             return Err(ApplyError::new("a placed hold must be active", id));
         }
+        let stamp = self.stamp;
         let wallet = self.wallet_for_apply(wallet_id)?;
         let held = wallet
             .held
@@ -266,7 +368,10 @@ impl Shard {
             .ok_or(ApplyError::new("held overflow", id))?;
         wallet.held = held;
         wallet.updated_at_ms = hold.created_at_ms;
-        wallet.history_mut().holds.push(hold.clone());
+        let history = wallet.history_mut();
+        history.counts.holds += 1;
+        history.holds.push(stamp, hold.clone());
+        self.touch(wallet_id);
         self.index.holds.insert(hold.uuid, (wallet_id, hold.id));
         self.index
             .hold_expiry
@@ -283,10 +388,13 @@ impl Shard {
         (captured_amount, capture_transaction_id): (Option<Decimal>, Option<TransactionId>),
         at_ms: i64,
     ) -> Result<(), ApplyError> {
+        let stamp = self.stamp;
+        self.touch(wallet_id);
         let wallet = self.wallet_for_apply(wallet_id)?;
         let held_before = wallet.held;
+        // Active holds never leave memory, so the hold is here.
         let hold = wallet
-            .hold_mut(hold_id)
+            .hold_mut(hold_id, stamp)
             .ok_or(ApplyError::new("unknown hold", hold_id.0))?;
         let held = held_before
             .checked_sub(hold.amount)

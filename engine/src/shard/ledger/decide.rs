@@ -11,7 +11,7 @@
 //! links and QR payloads in `decide_link.rs`, payouts and settlements in `decide_payout.rs`.
 
 use crate::commerce::payment::PaymentStatus;
-use crate::ledger::transaction::{check_chain, Direction, TransactionText, TransactionType};
+use crate::ledger::transaction::{Direction, TransactionText, TransactionType};
 use crate::ledger::transfer::{IncomingTransfer, OutgoingTransfer, TransferState};
 use crate::ledger::view::IntegrityReport;
 use crate::ledger::wallet::{OwnerType, WalletStatus, WalletType};
@@ -457,7 +457,7 @@ impl Shard {
         now_ms: i64,
     ) -> Result<IntegrityReport, Rejection> {
         let wallet = self.find_wallet(wallet_id)?;
-        let check = check_chain(wallet_id, wallet.currency(), wallet.entries());
+        let check = self.check_whole_chain(wallet)?;
         let valid = check.first_invalid_entry_id.is_none()
             && check.last_hash == wallet.chain_head()
             && check.ledger_balance == Some(wallet.balance());

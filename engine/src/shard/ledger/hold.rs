@@ -14,6 +14,7 @@ use crate::shard::state::Shard;
 use crate::values::error::Rejection;
 use crate::values::ids::{HoldId, Uuid, UuidKind, WalletId};
 use crate::values::money::validate_amount;
+use std::borrow::Cow;
 
 const MS_PER_MINUTE: i64 = 60_000;
 
@@ -64,12 +65,14 @@ impl Shard {
     }
 
     /// The hold's wallet and the hold, or `not_found`.
-    fn find_hold(&self, hold_uuid: Uuid) -> Result<(&Wallet, &Hold), Rejection> {
+    fn find_hold(&self, hold_uuid: Uuid) -> Result<(&Wallet, Cow<'_, Hold>), Rejection> {
         let (wallet_id, hold_id) = self
-            .locate_hold(hold_uuid)
+            .locate_hold(hold_uuid)?
             .ok_or(Rejection::NotFound("hold"))?;
         let wallet = self.find_wallet(wallet_id)?;
-        let hold = wallet.hold(hold_id).ok_or(Rejection::NotFound("hold"))?;
+        let hold = self
+            .hold_record(wallet, hold_id)?
+            .ok_or(Rejection::NotFound("hold"))?;
         Ok((wallet, hold))
     }
 
@@ -101,8 +104,8 @@ impl Shard {
         hold_uuid: Uuid,
     ) -> Result<(), Rejection> {
         let (wallet, hold) = self.find_hold(hold_uuid)?;
-        Self::check_hold_open(hold, draft.now_ms())?;
-        self.check_not_payout_hold(hold)?;
+        Self::check_hold_open(&hold, draft.now_ms())?;
+        self.check_not_payout_hold(&hold)?;
         draft.push(Event::HoldClosed {
             wallet_id: wallet.id(),
             hold_id: hold.id,
@@ -138,8 +141,8 @@ impl Shard {
         if wallet.is_frozen() || counter.is_some_and(Wallet::is_frozen) {
             return Err(Rejection::WalletFrozen);
         }
-        Self::check_hold_open(hold, draft.now_ms())?;
-        self.check_not_payout_hold(hold)?;
+        Self::check_hold_open(&hold, draft.now_ms())?;
+        self.check_not_payout_hold(&hold)?;
         if amount > hold.amount {
             return Err(Rejection::CaptureExceedsHold);
         }

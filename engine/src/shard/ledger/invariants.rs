@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use rust_decimal::Decimal;
 
 use crate::ledger::hold::HoldStatus;
-use crate::ledger::transaction::check_chain;
+use crate::ledger::transaction::{check_chain, ChainChecker};
 use crate::ledger::transfer::TransferState;
 use crate::shard::state::{OwnerKey, Shard};
 use crate::values::currency::Currency;
@@ -41,7 +41,51 @@ impl Shard {
                     what: "wallet is not at its id's position",
                 });
             }
-            let check = check_chain(wallet_id, wallet.currency(), wallet.entries());
+            // The ledger in memory is the whole chain, or (once records leave memory) a suffix of
+            // it that must continue from the hash before it and end at the cached balance.
+            let entries = wallet.entries();
+            let counts = wallet.counts();
+            let whole = counts.entries == entries.len() as u64;
+            if !self.recall.evicts()
+                && !(whole
+                    && counts.transactions == wallet.transactions().len() as u64
+                    && counts.holds == wallet.holds().len() as u64)
+            {
+                return Err(InvariantViolation::WalletCorrupt {
+                    wallet_id,
+                    what: "record counts differ from the records",
+                });
+            }
+            if counts.entries < entries.len() as u64
+                || counts.transactions < wallet.transactions().len() as u64
+                || counts.holds < wallet.holds().len() as u64
+            {
+                return Err(InvariantViolation::WalletCorrupt {
+                    wallet_id,
+                    what: "more records in memory than the wallet ever had",
+                });
+            }
+            let check = if whole {
+                check_chain(wallet_id, wallet.currency(), entries)
+            } else {
+                let start = match entries.first() {
+                    Some(first) => first
+                        .balance_after
+                        .checked_sub(first.signed_amount())
+                        .ok_or(InvariantViolation::Overflow)?,
+                    None => wallet.balance(),
+                };
+                let mut checker = ChainChecker::resume(
+                    wallet_id,
+                    wallet.currency(),
+                    wallet.entries_before(),
+                    start,
+                );
+                for entry in entries {
+                    checker.feed(entry);
+                }
+                checker.finish()
+            };
             if let Some(entry_id) = check.first_invalid_entry_id {
                 return Err(if check.first_bad_hash_entry_id == Some(entry_id) {
                     InvariantViolation::BrokenChain {

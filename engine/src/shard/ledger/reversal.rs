@@ -22,6 +22,8 @@
 //! Reversing a refund lowers its original's refunded total again. A cross-shard transfer's release
 //! reuses the same mirroring ([`ReverseMode::TransferRelease`]), skipping the client-only checks.
 
+use std::borrow::Cow;
+
 use rust_decimal::Decimal;
 
 use crate::ledger::transaction::{
@@ -49,13 +51,13 @@ pub(crate) enum ReverseMode {
 }
 
 impl Shard {
-    fn find_transaction(&self, uuid: Uuid) -> Result<(&Wallet, &Transaction), Rejection> {
+    fn find_transaction(&self, uuid: Uuid) -> Result<(&Wallet, Cow<'_, Transaction>), Rejection> {
         let (wallet_id, transaction_id) = self
-            .locate_transaction(uuid)
+            .locate_transaction(uuid)?
             .ok_or(Rejection::NotFound("transaction"))?;
         let wallet = self.find_wallet(wallet_id)?;
-        let transaction = wallet
-            .transaction(transaction_id)
+        let transaction = self
+            .transaction_record(wallet, transaction_id)?
             .ok_or(Rejection::NotFound("transaction"))?;
         Ok((wallet, transaction))
     }
@@ -156,31 +158,32 @@ impl Shard {
         const CORRUPT: Rejection =
             Rejection::InvalidState("internal: posting refers to a missing record");
         let wallet = self.find_wallet(wallet_id)?;
-        let requested = wallet
-            .transaction(transaction_id)
+        let requested = self
+            .transaction_record(wallet, transaction_id)?
             .ok_or(Rejection::NotFound("transaction"))?;
         let currency = wallet.currency();
 
         // Every entry of the posting, and the client transactions it recorded (first seen first).
-        let mut legs: Vec<(&Wallet, &LedgerEntry)> = Vec::with_capacity(requested.legs.len());
-        let mut originals: Vec<(&Wallet, &Transaction)> = Vec::new();
+        let mut legs: Vec<(&Wallet, Cow<'_, LedgerEntry>)> =
+            Vec::with_capacity(requested.legs.len());
+        let mut originals: Vec<(&Wallet, Cow<'_, Transaction>)> = Vec::new();
         for EntryRef {
             wallet_id,
             entry_id,
         } in &requested.legs
         {
             let leg_wallet = self.wallet(*wallet_id).ok_or(CORRUPT)?;
-            let entry = leg_wallet.entry(*entry_id).ok_or(CORRUPT)?;
+            let entry = self.entry_record(leg_wallet, *entry_id)?.ok_or(CORRUPT)?;
+            let transaction_id = entry.transaction_id;
             legs.push((leg_wallet, entry));
             if !leg_wallet.is_system()
                 && !originals
                     .iter()
-                    .any(|(w, t)| w.id() == leg_wallet.id() && t.id == entry.transaction_id)
+                    .any(|(w, t)| w.id() == leg_wallet.id() && t.id == transaction_id)
             {
                 originals.push((
                     leg_wallet,
-                    leg_wallet
-                        .transaction(entry.transaction_id)
+                    self.transaction_record(leg_wallet, transaction_id)?
                         .ok_or(CORRUPT)?,
                 ));
             }
@@ -308,8 +311,8 @@ impl Shard {
         let Some(original_id) = refund.reference_transaction_id else {
             return Ok(());
         };
-        let original = wallet
-            .transaction(original_id)
+        let original = self
+            .transaction_record(wallet, original_id)?
             .ok_or(Rejection::NotFound("transaction"))?;
         let refunded = original
             .refunded_amount

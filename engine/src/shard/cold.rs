@@ -1,0 +1,90 @@
+//! Where a shard finds the records that left its memory.
+//!
+//! Memory holds hot state only (ARCHITECTURE.md, invariant 10): balances, chain heads, counters,
+//! active holds, and the records the history indexer has not filed yet. Everything older is in the
+//! history store, which the runtime lends the shard as a [`ColdHistory`]. Three modes
+//! ([`Recall`]):
+//!
+//! * **`Keep`**: a shard with no store (tests, benches, tools): nothing ever leaves memory, and
+//!   the shard behaves exactly as a whole-history state machine.
+//! * **`Replay`**: recovery and background snapshots. Records are filed into the store from the
+//!   log itself, so replay keeps none of them in memory: transactions, entries and closed holds
+//!   only advance the counters, chain heads and balances; a change to a record that is not in
+//!   memory (a reversal mark, a refund total) is left to the store's filing. Active holds stay.
+//! * **`Store`**: a running shard. Records stay in memory, stamped with the command that last
+//!   changed them, until the indexer has filed that command ([`crate::shard::Shard::evict_filed`]).
+//!   A record that is not in memory is read from the store, which then holds its latest version:
+//!   a record leaves memory only once its latest version is filed, and a later change brings it
+//!   back into memory (recalled) until that change is filed too.
+
+use std::fmt;
+use std::sync::Arc;
+
+use crate::ledger::hold::Hold;
+use crate::ledger::transaction::{Hash, LedgerEntry, Transaction};
+use crate::values::error::Rejection;
+use crate::values::ids::{EntryId, HoldId, TransactionId, Uuid, WalletId};
+
+/// A failed read of the store; the command is refused as unavailable.
+pub type ColdResult<T> = Result<T, String>;
+
+/// Read access to filed history (implemented by the runtime's history store).
+pub trait ColdHistory: Send + Sync {
+    fn transaction(&self, wallet: WalletId, id: TransactionId) -> ColdResult<Option<Transaction>>;
+    fn entry(&self, wallet: WalletId, id: EntryId) -> ColdResult<Option<LedgerEntry>>;
+    fn hold(&self, wallet: WalletId, id: HoldId) -> ColdResult<Option<Hold>>;
+    fn locate_transaction(&self, uuid: Uuid) -> ColdResult<Option<(WalletId, TransactionId)>>;
+    fn locate_hold(&self, uuid: Uuid) -> ColdResult<Option<(WalletId, HoldId)>>;
+    /// Every filed transaction of `wallet`, oldest first, until `visit` returns false.
+    fn for_each_transaction(
+        &self,
+        wallet: WalletId,
+        visit: &mut dyn FnMut(Transaction) -> bool,
+    ) -> ColdResult<()>;
+    /// Every filed entry of `wallet` with the hash of the entry before it, oldest first, until
+    /// `visit` returns false.
+    fn for_each_entry(
+        &self,
+        wallet: WalletId,
+        visit: &mut dyn FnMut(Hash, LedgerEntry) -> bool,
+    ) -> ColdResult<()>;
+}
+
+/// How the shard treats records that are not in its memory (see the module docs).
+#[derive(Clone, Default)]
+pub enum Recall {
+    #[default]
+    Keep,
+    Replay,
+    Store(Arc<dyn ColdHistory>),
+}
+
+impl fmt::Debug for Recall {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Recall::Keep => "Keep",
+            Recall::Replay => "Replay",
+            Recall::Store(_) => "Store",
+        })
+    }
+}
+
+impl Recall {
+    /// Whether records leave memory once filed.
+    pub(crate) fn evicts(&self) -> bool {
+        !matches!(self, Recall::Keep)
+    }
+
+    pub(crate) fn store(&self) -> Option<&dyn ColdHistory> {
+        match self {
+            Recall::Store(store) => Some(store.as_ref()),
+            Recall::Keep | Recall::Replay => None,
+        }
+    }
+}
+
+/// A store failure as the rejection a client sees (503).
+pub(crate) fn unavailable(reason: &str) -> Rejection {
+    tracing::error!(%reason, "reading filed history failed");
+    Rejection::Unavailable("the history store could not be read")
+}
