@@ -46,7 +46,17 @@ impl Shard {
             (Err(rejection), _) => return Err(rejection.into()),
         };
         self.apply_all(&events)?;
-        let outcome = self.outcome(command, &events, ctx)?;
+        // Once events are applied, the command is logged whatever happens: an outcome that
+        // cannot be read (a store that fails) stops the shard instead of being answered as a
+        // rejection, which would leave memory ahead of the log.
+        let outcome = self
+            .outcome(command, &events, ctx)
+            .map_err(|error| match error {
+                ExecuteError::Rejected(_) if !events.is_empty() => {
+                    missing("outcome of an applied command unreadable", 0)
+                }
+                other => other,
+            })?;
         Ok((events, outcome))
     }
 
@@ -58,10 +68,12 @@ impl Shard {
         let wallet = self
             .wallet(wallet_id)
             .ok_or(missing("wallet of outcome", wallet_id.0))?;
-        let transaction = wallet
-            .transaction(transaction_id)
+        // The transaction may be one the indexer filed and memory let go (a transfer's debit,
+        // finalized long after it was reserved).
+        let transaction = self
+            .transaction_record(wallet, transaction_id)?
             .ok_or(missing("transaction of outcome", transaction_id.0))?;
-        Ok(TransactionView::of(wallet, transaction))
+        Ok(TransactionView::of(wallet, &transaction))
     }
 
     /// The first transaction recorded by `events` (the requested wallet's, by construction).
