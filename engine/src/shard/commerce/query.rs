@@ -190,7 +190,6 @@ impl Shard {
 
     /// Every transaction of the merchant's wallets on this shard (payments in, refunds, payouts,
     /// settlements, deposits, ...), newest first.
-    #[must_use]
     pub fn merchant_transactions_page(
         &self,
         merchant_id: u64,

@@ -46,11 +46,10 @@ impl Shard {
             let entries = wallet.entries();
             let counts = wallet.counts();
             let whole = counts.entries == entries.len() as u64;
-            if !self.recall.evicts()
-                && !(whole
-                    && counts.transactions == wallet.transactions().len() as u64
-                    && counts.holds == wallet.holds().len() as u64)
-            {
+            let all_in_memory = whole
+                && counts.transactions == wallet.transactions().len() as u64
+                && counts.holds == wallet.holds().len() as u64;
+            if !self.recall.evicts() && !all_in_memory {
                 return Err(InvariantViolation::WalletCorrupt {
                     wallet_id,
                     what: "record counts differ from the records",
