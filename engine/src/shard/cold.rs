@@ -39,14 +39,14 @@ pub trait ColdHistory: Send + Sync {
     fn for_each_transaction(
         &self,
         wallet: WalletId,
-        visit: &mut dyn FnMut(Transaction) -> bool,
+        visit: &mut dyn FnMut(&Transaction) -> bool,
     ) -> ColdResult<()>;
     /// Every filed entry of `wallet` with the hash of the entry before it, oldest first, until
     /// `visit` returns false.
     fn for_each_entry(
         &self,
         wallet: WalletId,
-        visit: &mut dyn FnMut(Hash, LedgerEntry) -> bool,
+        visit: &mut dyn FnMut(&Hash, &LedgerEntry) -> bool,
     ) -> ColdResult<()>;
 }
 

@@ -60,7 +60,7 @@ impl Shard {
         Ok((events, outcome))
     }
 
-    fn transaction_view_of(
+    pub(crate) fn transaction_view_of(
         &self,
         wallet_id: WalletId,
         transaction_id: TransactionId,

@@ -52,7 +52,7 @@ use crate::ledger::transaction::{ChainChecker, LedgerEntry, Transaction};
 use crate::ledger::transfer::{IncomingTransfer, OutgoingTransfer, TransferState};
 use crate::ledger::view::{BalanceView, EntryView, HoldView, TransactionView, WalletView};
 use crate::ledger::wallet::{OwnerType, Wallet, WalletType};
-use crate::shard::cold::{unavailable, Recall};
+use crate::shard::cold::{unavailable, ColdHistory, ColdResult, Recall};
 use crate::shard::command::{paginate, Page, Paged};
 use crate::values::currency::Currency;
 use crate::values::error::Rejection;
@@ -253,30 +253,21 @@ impl Shard {
         &self,
         uuid: Uuid,
     ) -> Result<Option<(WalletId, TransactionId)>, Rejection> {
-        if let Some(found) = self.index.transactions.get(&uuid) {
-            return Ok(Some(*found));
-        }
-        match self.recall.store() {
-            Some(store) => Ok(store
-                .locate_transaction(uuid)
-                .map_err(|e| unavailable(&e))?
-                .filter(|(wallet_id, _)| self.owns(*wallet_id))),
-            None => Ok(None),
-        }
+        let found = self.hot_or_filed(self.index.transactions.get(&uuid), |store| {
+            store.locate_transaction(uuid)
+        })?;
+        Ok(found
+            .map(Cow::into_owned)
+            .filter(|(wallet_id, _)| self.owns(*wallet_id)))
     }
 
     /// Where the hold with this uuid lives, if on this shard (see `locate_transaction`).
     pub fn locate_hold(&self, uuid: Uuid) -> Result<Option<(WalletId, HoldId)>, Rejection> {
-        if let Some(found) = self.index.holds.get(&uuid) {
-            return Ok(Some(*found));
-        }
-        match self.recall.store() {
-            Some(store) => Ok(store
-                .locate_hold(uuid)
-                .map_err(|e| unavailable(&e))?
-                .filter(|(wallet_id, _)| self.owns(*wallet_id))),
-            None => Ok(None),
-        }
+        let found =
+            self.hot_or_filed(self.index.holds.get(&uuid), |store| store.locate_hold(uuid))?;
+        Ok(found
+            .map(Cow::into_owned)
+            .filter(|(wallet_id, _)| self.owns(*wallet_id)))
     }
 
     /// Whether this shard holds the transaction with this uuid; a store that cannot answer says
@@ -292,22 +283,30 @@ impl Shard {
         !matches!(self.locate_hold(uuid), Ok(None))
     }
 
+    /// A record from memory if it is there, else from the store (a shard with one).
+    fn hot_or_filed<'a, T: Clone>(
+        &self,
+        hot: Option<&'a T>,
+        filed: impl FnOnce(&dyn ColdHistory) -> ColdResult<Option<T>>,
+    ) -> Result<Option<Cow<'a, T>>, Rejection> {
+        if let Some(found) = hot {
+            return Ok(Some(Cow::Borrowed(found)));
+        }
+        match self.recall.store() {
+            Some(store) => Ok(filed(store).map_err(|e| unavailable(&e))?.map(Cow::Owned)),
+            None => Ok(None),
+        }
+    }
+
     /// Transaction `id` of `wallet`, from memory or the store.
     pub fn transaction_record<'a>(
         &self,
         wallet: &'a Wallet,
         id: TransactionId,
     ) -> Result<Option<Cow<'a, Transaction>>, Rejection> {
-        if let Some(found) = wallet.transaction(id) {
-            return Ok(Some(Cow::Borrowed(found)));
-        }
-        match self.recall.store() {
-            Some(store) => Ok(store
-                .transaction(wallet.id(), id)
-                .map_err(|e| unavailable(&e))?
-                .map(Cow::Owned)),
-            None => Ok(None),
-        }
+        self.hot_or_filed(wallet.transaction(id), |store| {
+            store.transaction(wallet.id(), id)
+        })
     }
 
     /// Entry `id` of `wallet`, from memory or the store.
@@ -316,16 +315,7 @@ impl Shard {
         wallet: &'a Wallet,
         id: EntryId,
     ) -> Result<Option<Cow<'a, LedgerEntry>>, Rejection> {
-        if let Some(found) = wallet.entry(id) {
-            return Ok(Some(Cow::Borrowed(found)));
-        }
-        match self.recall.store() {
-            Some(store) => Ok(store
-                .entry(wallet.id(), id)
-                .map_err(|e| unavailable(&e))?
-                .map(Cow::Owned)),
-            None => Ok(None),
-        }
+        self.hot_or_filed(wallet.entry(id), |store| store.entry(wallet.id(), id))
     }
 
     /// Hold `id` of `wallet`, from memory or the store.
@@ -334,16 +324,7 @@ impl Shard {
         wallet: &'a Wallet,
         id: HoldId,
     ) -> Result<Option<Cow<'a, Hold>>, Rejection> {
-        if let Some(found) = wallet.hold(id) {
-            return Ok(Some(Cow::Borrowed(found)));
-        }
-        match self.recall.store() {
-            Some(store) => Ok(store
-                .hold(wallet.id(), id)
-                .map_err(|e| unavailable(&e))?
-                .map(Cow::Owned)),
-            None => Ok(None),
-        }
+        self.hot_or_filed(wallet.hold(id), |store| store.hold(wallet.id(), id))
     }
 
     /// Every transaction of `wallet` (memory and store merged, memory's version winning), oldest
@@ -366,7 +347,7 @@ impl Shard {
                     }
                     going = match hot.next_if(|recent| recent.id == filed.id) {
                         Some(recent) => visit(recent),
-                        None => visit(&filed),
+                        None => visit(filed),
                     };
                     going
                 })
@@ -395,7 +376,7 @@ impl Shard {
                     if in_memory_from.is_some_and(|first| entry.id >= first) {
                         return false;
                     }
-                    checker.feed(&entry);
+                    checker.feed(entry);
                     true
                 })
                 .map_err(|e| unavailable(&e))?;
@@ -548,20 +529,6 @@ impl Shard {
 
     // ----- queries -----
 
-    fn record_uuid<T>(
-        &self,
-        wallet_id: WalletId,
-        find: impl FnOnce(&Wallet) -> Result<Option<Cow<'_, T>>, Rejection>,
-        uuid: impl FnOnce(&T) -> Uuid,
-    ) -> Option<Uuid>
-    where
-        T: Clone,
-    {
-        let wallet = self.wallet(wallet_id)?;
-        // A store failure is logged by `unavailable`; the view then shows no uuid.
-        find(wallet).ok().flatten().map(|record| uuid(&record))
-    }
-
     pub fn wallet_view(&self, wallet_id: WalletId) -> Result<WalletView, Rejection> {
         self.find_wallet(wallet_id).map(WalletView::of)
     }
@@ -708,19 +675,14 @@ impl Shard {
 }
 
 impl RecordUuids for Shard {
+    // A store failure is logged by `unavailable`; the view then shows no uuid.
     fn transaction_uuid(&self, wallet_id: WalletId, id: TransactionId) -> Option<Uuid> {
-        self.record_uuid(
-            wallet_id,
-            |wallet| self.transaction_record(wallet, id),
-            |t: &Transaction| t.uuid,
-        )
+        let wallet = self.wallet(wallet_id)?;
+        Some(self.transaction_record(wallet, id).ok()??.uuid)
     }
 
     fn hold_uuid(&self, wallet_id: WalletId, id: HoldId) -> Option<Uuid> {
-        self.record_uuid(
-            wallet_id,
-            |wallet| self.hold_record(wallet, id),
-            |h: &Hold| h.uuid,
-        )
+        let wallet = self.wallet(wallet_id)?;
+        Some(self.hold_record(wallet, id).ok()??.uuid)
     }
 }

@@ -519,12 +519,12 @@ impl crate::shard::cold::ColdHistory for HistoryStore {
     fn for_each_transaction(
         &self,
         wallet: WalletId,
-        visit: &mut dyn FnMut(Transaction) -> bool,
+        visit: &mut dyn FnMut(&Transaction) -> bool,
     ) -> ColdResult<()> {
         let mut going = true;
         HistoryStore::for_each_transaction(self, wallet, &mut |transaction| {
             if going {
-                going = visit(transaction.clone());
+                going = visit(transaction);
             }
         })
         .map(drop)
@@ -534,12 +534,12 @@ impl crate::shard::cold::ColdHistory for HistoryStore {
     fn for_each_entry(
         &self,
         wallet: WalletId,
-        visit: &mut dyn FnMut(Hash, LedgerEntry) -> bool,
+        visit: &mut dyn FnMut(&Hash, &LedgerEntry) -> bool,
     ) -> ColdResult<()> {
         let mut going = true;
         HistoryStore::for_each_entry(self, wallet, &mut |(before, entry)| {
             if going {
-                going = visit(*before, entry.clone());
+                going = visit(before, entry);
             }
         })
         .map(drop)

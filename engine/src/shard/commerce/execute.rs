@@ -2,37 +2,21 @@
 
 use crate::commerce::payment::PaymentReservation;
 use crate::commerce::view::{PaymentLinkView, QrView};
-use crate::ledger::view::TransactionView;
 use crate::shard::command::{Command, Context, Outcome};
 use crate::shard::event::Event;
 use crate::shard::state::Shard;
 use crate::values::error::{ApplyError, ExecuteError, Rejection};
-use crate::values::ids::{TransactionId, WalletId};
 
 fn missing(what: &'static str, id: u64) -> ExecuteError {
     ExecuteError::Corrupt(ApplyError::new(what, id))
 }
 
 impl Shard {
-    fn commerce_transaction(
-        &self,
-        wallet_id: WalletId,
-        transaction_id: TransactionId,
-    ) -> Result<TransactionView, ExecuteError> {
-        let wallet = self
-            .wallet(wallet_id)
-            .ok_or(missing("wallet of outcome", wallet_id.0))?;
-        let transaction = self
-            .transaction_record(wallet, transaction_id)?
-            .ok_or(missing("transaction of outcome", transaction_id.0))?;
-        Ok(TransactionView::of(wallet, &transaction))
-    }
-
     fn reserved_outcome(&self, reservation: &PaymentReservation) -> Result<Outcome, ExecuteError> {
         Ok(Outcome::PaymentReserved {
             reservation: reservation.clone(),
             transaction: self
-                .commerce_transaction(reservation.source_wallet_id, reservation.transaction_id)?,
+                .transaction_view_of(reservation.source_wallet_id, reservation.transaction_id)?,
         })
     }
 
@@ -86,7 +70,7 @@ impl Shard {
                     .ok_or(missing("payment credit", 0))?;
                 Outcome::PaymentCredited {
                     transaction: self
-                        .commerce_transaction(incoming.target_wallet_id, incoming.transaction_id)?,
+                        .transaction_view_of(incoming.target_wallet_id, incoming.transaction_id)?,
                     duplicate: events.is_empty(),
                 }
             }

@@ -133,12 +133,14 @@ impl Shard {
     /// Whether transaction `id` was issued by this shard: in memory, or (once records leave
     /// memory) below the transaction sequence. What apply checks a reference against.
     pub(crate) fn transaction_known(&self, wallet: &Wallet, id: TransactionId) -> bool {
-        wallet.transaction(id).is_some()
-            || (self.recall.evicts()
-                && self
-                    .ids
-                    .seq_of(id.0)
-                    .is_some_and(|seq| seq < self.next_transaction_seq))
+        wallet.transaction(id).is_some() || (self.recall.evicts() && self.transaction_issued(id))
+    }
+
+    /// Whether this shard minted transaction `id` (below its transaction sequence).
+    fn transaction_issued(&self, id: TransactionId) -> bool {
+        self.ids
+            .seq_of(id.0)
+            .is_some_and(|seq| seq < self.next_transaction_seq)
     }
 
     /// Transaction `id` of `wallet_id`, to change under the current command: in memory, or
@@ -151,10 +153,7 @@ impl Shard {
     ) -> Result<Option<&mut Transaction>, ApplyError> {
         let unknown = ApplyError::new("unknown transaction", id.0);
         let stamp = self.stamp;
-        let issued = self
-            .ids
-            .seq_of(id.0)
-            .is_some_and(|seq| seq < self.next_transaction_seq);
+        let issued = self.transaction_issued(id);
         self.touch(wallet_id);
         let position = self
             .position_of(wallet_id)
