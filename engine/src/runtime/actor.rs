@@ -262,7 +262,17 @@ impl ShardActor {
             directory: Vec::new(),
             idempotency: idempotency.clone(),
         };
-        match self.wal.append(entry.encode()) {
+        let bytes = match entry.encode() {
+            Ok(bytes) => bytes,
+            // Memory already holds the command's effects; the log never will. Nothing was
+            // appended or answered, and the shard stops so a restart rebuilds it from the log.
+            Err(error) => {
+                return Err(self.fail(format!(
+                    "a command's record could not be encoded, so it was not logged: {error}"
+                )))
+            }
+        };
+        match self.wal.append(bytes) {
             Ok(ticket) => {
                 self.last_lsn = ticket.lsn();
                 if let Some(record) = &idempotency {
@@ -395,7 +405,17 @@ impl Handler<ExecuteDirectory> for ShardActor {
             directory: events,
             idempotency: None,
         };
-        match self.wal.append(entry.encode()) {
+        let bytes = match entry.encode() {
+            Ok(bytes) => bytes,
+            // Memory already holds the command's effects; the log never will. Nothing was
+            // appended or answered, and the shard stops so a restart rebuilds it from the log.
+            Err(error) => {
+                return Err(self.fail(format!(
+                    "a command's record could not be encoded, so it was not logged: {error}"
+                )))
+            }
+        };
+        match self.wal.append(bytes) {
             Ok(ticket) => {
                 self.last_lsn = ticket.lsn();
                 Ok(Durable {

@@ -108,6 +108,10 @@ impl Drop for ClaimGuard {
 pub(crate) struct SnapshotState {
     pub(crate) last_lsn: u64,
     pub(crate) running: bool,
+    /// Periodic attempts that failed in a row (0 after a success).
+    pub(crate) failures: u32,
+    /// No periodic attempt starts before this (engine clock, unix ms) after a failure.
+    pub(crate) retry_at_ms: i64,
 }
 
 /// The engine handle: cheap to clone, all clones share the same shards and log.

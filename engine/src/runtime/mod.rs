@@ -44,7 +44,7 @@ pub mod image;
 pub mod journal;
 pub mod recovery;
 mod routing;
-mod snapshot;
+pub(crate) mod snapshot;
 
 pub use self::config::{EngineConfig, EngineError, IdempotencyKey, Renderer, Reply, WalFileSystem};
 pub use self::engine::{Engine, WalletScope};

@@ -580,6 +580,8 @@ fn start(
             snapshot_state: Mutex::new(SnapshotState {
                 last_lsn,
                 running: false,
+                failures: 0,
+                retry_at_ms: i64::MIN,
             }),
         }),
     })

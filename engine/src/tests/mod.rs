@@ -21,6 +21,7 @@ mod model;
 mod money_ops;
 mod refunds_reversals;
 mod replay;
+mod runtime_hardening;
 mod wallets;
 
 use rust_decimal::Decimal;
@@ -76,7 +77,10 @@ impl Harness {
             Ok((events, outcome)) => {
                 self.shard.check_invariants().unwrap();
                 // The batch survives the codec unchanged.
-                assert_eq!(crate::decode(&crate::encode(&events)).unwrap(), events);
+                assert_eq!(
+                    crate::decode(&crate::encode(&events).unwrap()).unwrap(),
+                    events
+                );
                 self.log.extend(events);
                 Ok(outcome)
             }
