@@ -6,7 +6,7 @@
 //! first answer with `is_duplicate: true`.
 
 use engine::commerce::payment::PaymentProvider;
-use engine::runtime::{owner_shard, EngineError, IdempotencyKey, WalletScope};
+use engine::runtime::{owner_shard, EngineError, WalletScope};
 use engine::shard::command::{InitiatePayment, RefundPayment};
 use engine::{Command, Uuid, WalletId};
 use hyper::StatusCode;
@@ -14,7 +14,7 @@ use rust_decimal::Decimal;
 use serde::Deserialize;
 
 use super::call::{currency_field, merchant_wallet};
-use super::call::{engine_error, fingerprint, Call, Handled};
+use super::call::{engine_error, idempotency_key, Call, Handled};
 use super::wallets::wallet_field;
 use crate::app::SharedApp;
 use crate::auth::{Scope, Subject, Tier};
@@ -40,12 +40,7 @@ async fn run_payment(
             Err(error) => return Err(engine_error(error)),
         },
         Some(key) => {
-            let key = IdempotencyKey {
-                fingerprint: fingerprint(call, &format!("{command:?}")),
-                caller: call.principal()?.caller(),
-                key,
-                route: call.op.index(),
-            };
+            let key = idempotency_key(call, &command, key)?;
             let reply = app
                 .engine
                 .execute_idempotent(command, key)

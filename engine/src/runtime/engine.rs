@@ -249,10 +249,11 @@ impl Engine {
         key: IdempotencyKey,
     ) -> Result<Reply, EngineError> {
         let table = &self.inner.idempotency;
-        match table.begin(
+        match table.begin_matching(
             &key.caller,
             &key.key,
             key.fingerprint,
+            key.legacy_fingerprint,
             self.inner.wal.durable_lsn(),
         ) {
             Begin::Replay(response) => {

@@ -38,6 +38,7 @@ pub mod clock;
 pub mod config;
 mod cross_shard;
 mod engine;
+pub mod fingerprint;
 pub mod history;
 pub mod idempotency;
 pub mod image;

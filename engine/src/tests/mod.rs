@@ -14,6 +14,7 @@ mod commerce_reports;
 mod commerce_settlements;
 mod commerce_support;
 mod cross_shard;
+mod fingerprint;
 mod holds;
 mod journal;
 mod memory;
