@@ -273,6 +273,30 @@ impl Server {
         command
     }
 
+    /// Runs `command` (a `walletd serve` expected to refuse to start) to its exit, killing it and
+    /// failing the test if it is still running after `limit` (it started when it should not have).
+    pub fn run_to_exit(command: &mut Command, limit: std::time::Duration) -> std::process::Output {
+        let child = command
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn walletd");
+        let pid = child.id();
+        let (done, finished) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = done.send(child.wait_with_output());
+        });
+        match finished.recv_timeout(limit) {
+            Ok(output) => output.expect("wait for walletd"),
+            Err(_) => {
+                let _ = Command::new("kill")
+                    .args(["-KILL", &pid.to_string()])
+                    .status();
+                panic!("walletd kept running where it should have refused to start");
+            }
+        }
+    }
+
     /// Runs an offline `walletd` tool (`replay`, `wal inspect`, `snapshot`) on this server's data
     /// dir with its shard count, to completion; returns status, stdout and stderr.
     pub fn run_tool(&self, args: &[&str]) -> (ExitStatus, String, String) {

@@ -195,6 +195,9 @@ fn percent_decode(text: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
+/// The error code of a request whose Idempotency-Key is still being processed.
+pub const REQUEST_IN_PROGRESS: &str = "request_in_progress";
+
 /// Maps an engine failure to the API's error. The one place this is decided.
 pub fn engine_error(error: EngineError) -> ApiError {
     match error {
@@ -204,7 +207,7 @@ pub fn engine_error(error: EngineError) -> ApiError {
             "this Idempotency-Key was already used for a different request",
         ),
         EngineError::IdempotencyInFlight => ApiError::conflict(
-            "request_in_progress",
+            REQUEST_IN_PROGRESS,
             "a request with this Idempotency-Key is still being processed; retry shortly",
         ),
         EngineError::Unavailable(reason) => {

@@ -114,6 +114,15 @@ pub(crate) struct SnapshotState {
     pub(crate) retry_at_ms: i64,
 }
 
+/// One command counted on a shard's queue-depth gauge (see [`Engine::queued_on`]).
+pub(crate) struct QueuedCommand<'a>(&'a std::sync::atomic::AtomicU64);
+
+impl Drop for QueuedCommand<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
 /// The engine handle: cheap to clone, all clones share the same shards and log.
 #[derive(Clone)]
 pub struct Engine {
@@ -406,6 +415,14 @@ impl Engine {
         Ok(results)
     }
 
+    /// Counts a command on `shard`'s queue-depth gauge until the guard drops: from before it is
+    /// sent until its answer is durable, or until the waiting future is dropped.
+    pub(crate) fn queued_on(&self, shard: u32) -> Option<QueuedCommand<'_>> {
+        let gauge = self.inner.in_flight.get(shard as usize)?;
+        gauge.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Some(QueuedCommand(gauge))
+    }
+
     pub(crate) fn addr(&self, shard: u32) -> Result<&Addr<ShardActor>, EngineError> {
         self.inner
             .shards
@@ -424,6 +441,7 @@ impl Engine {
             context: self.inner.clock.context(),
             claim,
         };
+        let _queued = self.queued_on(shard);
         let executed = self
             .addr(shard)?
             .send(message)
@@ -446,6 +464,7 @@ impl Engine {
                 command,
                 context: engine.inner.clock.context(),
             };
+            let _queued = engine.queued_on(0);
             engine
                 .addr(0)?
                 .send(message)

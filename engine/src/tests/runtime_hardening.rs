@@ -227,3 +227,39 @@ async fn issue_16_a_failed_snapshot_keeps_nothing_and_backs_off() {
     assert_eq!(snapshot_files(dir2.path()).len(), 1);
     let _ = engine.shutdown();
 }
+
+/// Issue 16, item 11: the queue-depth gauge counts a command from before it is sent until its
+/// answer is durable, and counts it down after. Before, nothing incremented it: it read 0 always.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn issue_16_the_queue_depth_gauge_counts_a_command_until_it_is_durable() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(SeededClock::new(5, START_MS));
+    let fs = wal::fs::FaultyFs::new();
+    let mut config = EngineConfig::new(dir.path());
+    config.snapshot_every_records = 0;
+    config.file_system = crate::runtime::WalFileSystem(Arc::new(fs.clone()));
+    let engine = Engine::open(config, clock.clone(), Arc::new(DebugRenderer))
+        .unwrap()
+        .0;
+    let wallet_id = wallet(&engine).await;
+    assert_eq!(engine.queue_depths(), vec![0]);
+
+    fs.hold_segment_syncs(true);
+    let running = tokio::spawn({
+        let engine = engine.clone();
+        async move { engine.execute(deposit(wallet_id, None)).await }
+    });
+    let held = fs.clone();
+    tokio::task::spawn_blocking(move || held.wait_for_a_held_sync())
+        .await
+        .unwrap();
+    assert_eq!(
+        engine.queue_depths(),
+        vec![1],
+        "a command waiting for its sync"
+    );
+    fs.hold_segment_syncs(false);
+    running.await.unwrap().unwrap();
+    assert_eq!(engine.queue_depths(), vec![0], "counted down once durable");
+    let _ = engine.shutdown();
+}
