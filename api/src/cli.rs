@@ -537,6 +537,9 @@ fn replay(args: &ReplayArgs) -> anyhow::Result<()> {
             report.payment_moves_completed
         );
     }
+    for moved in &report.quarantined {
+        println!("QUARANTINED (left reserved, money in transit; needs an operator): {moved}");
+    }
     if !args.verify {
         engine.shutdown().map_err(|e| anyhow::anyhow!("{e}"))?;
         return Ok(());
@@ -559,8 +562,10 @@ fn replay(args: &ReplayArgs) -> anyhow::Result<()> {
             .pending_cross_shard_moves()
             .await
             .map_err(|e| anyhow::anyhow!("{e}"))?;
-        if pending > 0 {
-            bail!("invariant violated: {pending} cross-shard moves are still half-done after recovery");
+        // Quarantined moves are reported above and stay reserved on purpose; any other is a bug.
+        let unreported = pending.saturating_sub(report.quarantined.len());
+        if unreported > 0 {
+            bail!("invariant violated: {unreported} cross-shard moves are still half-done after recovery");
         }
         let digests = engine
             .read_all(|s| s.state_digest().to_hex())

@@ -47,6 +47,9 @@ pub(crate) struct Inner {
     /// never deleted), so a permission check needs no trip to the shard's thread after the first
     /// one: on the hot paths that trip was a second cross-thread round trip per request.
     pub(crate) wallet_scopes: dashmap::DashMap<WalletId, WalletScope>,
+    /// Cross-shard moves recovery could not finish and left reserved (see
+    /// [`crate::runtime::recovery::QuarantinedMove`]).
+    pub(crate) quarantined: Mutex<Vec<crate::runtime::recovery::QuarantinedMove>>,
 }
 
 /// Most wallet scopes remembered; past it the cache starts over (a full cache costs ~64 MiB).
@@ -631,6 +634,17 @@ impl Engine {
             .await
             .map_err(|e| e.to_string())?;
         crate::shard::commerce::invariants::check_cross_shard_pairs(&legs)
+    }
+
+    /// Cross-shard moves recovery could not finish at open and left reserved, for an operator:
+    /// their money stays in transit, every invariant holds, and the next start tries them again.
+    #[must_use]
+    pub fn quarantined_moves(&self) -> Vec<crate::runtime::recovery::QuarantinedMove> {
+        self.inner
+            .quarantined
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
     }
 
     /// Cross-shard moves still between their first and last step (transfers and payment

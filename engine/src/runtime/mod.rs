@@ -49,5 +49,7 @@ pub(crate) mod snapshot;
 
 pub use self::config::{EngineConfig, EngineError, IdempotencyKey, Renderer, Reply, WalFileSystem};
 pub use self::engine::{Engine, WalletScope};
-pub use self::recovery::{recorded_shard_count, OpenError, RecoveryReport, SHARDS_FILE};
+pub use self::recovery::{
+    recorded_shard_count, OpenError, QuarantinedMove, RecoveryReport, SHARDS_FILE,
+};
 pub use crate::values::ids::owner_shard;

@@ -263,3 +263,112 @@ async fn issue_16_the_queue_depth_gauge_counts_a_command_until_it_is_durable() {
     assert_eq!(engine.queue_depths(), vec![0], "counted down once durable");
     let _ = engine.shutdown();
 }
+
+/// Issue 16, item 5: recovery that cannot finish a pending cross-shard move quarantines it and
+/// starts. The log below holds a transfer reserved from shard 0 to a frozen wallet on shard 1
+/// and, after it, a refund of the transfer's debit, the state issue 16 describes (a binary
+/// before item 4 could write it). Recovery's credit is refused (frozen), and the release that
+/// follows is refused too (the refund changed the posting it mirrors). Before, `Engine::open`
+/// failed with "cannot finish interrupted transfers" and the service could not start at all.
+/// Now the transfer is reported (recovery report, `Engine::quarantined_moves`), stays reserved
+/// with its money in transit, and every invariant holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn issue_16_recovery_quarantines_a_move_it_cannot_finish_and_starts() {
+    use crate::shard::state::Shard;
+    use crate::tests::{dec, Harness};
+
+    let mut a = Harness::with_shard(Shard::new(0, 2).unwrap());
+    let mut b = Harness::with_shard(Shard::new(1, 2).unwrap());
+    let mut entries: Vec<(u32, Vec<crate::Event>)> = Vec::new();
+    let mut take = |h: &mut Harness| {
+        let events = std::mem::take(&mut h.log);
+        entries.push((h.shard.shard_index(), events));
+    };
+    let source = a.create(1, "EUR");
+    take(&mut a);
+    let target = b.create(2, "EUR");
+    take(&mut b);
+    a.deposit(source, "10");
+    take(&mut a);
+    b.ok(Command::FreezeWallet { wallet_id: target });
+    take(&mut b);
+    let Outcome::TransferReserved { transfer, .. } = a.ok(Command::TransferReserve(
+        crate::shard::command::TransferArgs {
+            source_wallet_id: source,
+            target_wallet_id: target,
+            amount: dec("10"),
+            currency: Currency::from_code("EUR").unwrap(),
+            details: Details::default(),
+        },
+    )) else {
+        panic!("not reserved")
+    };
+    take(&mut a);
+    let debit = a
+        .shard
+        .wallet(source)
+        .unwrap()
+        .transactions()
+        .last()
+        .unwrap()
+        .uuid;
+    // The refund events, decided where the rules of the time allowed them (the transfer
+    // settled on a copy), then logged on the shard where the transfer is still reserved.
+    let mut settled = Harness::with_shard(a.shard.clone());
+    settled.now_ms = a.now_ms;
+    settled.ok(Command::TransferFinalize {
+        transfer_uuid: transfer.uuid,
+    });
+    settled.log.clear();
+    settled.ok(Command::Refund(crate::shard::command::Refund {
+        original_transaction_uuid: debit,
+        amount: dec("4"),
+        reason: None,
+        details: Details::default(),
+    }));
+    let refund = std::mem::take(&mut settled.log);
+    a.shard.apply_all(&refund).unwrap();
+    entries.push((0, refund));
+
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = EngineConfig::new(dir.path());
+    config.shard_count = 2;
+    config.snapshot_every_records = 0;
+    let (log, _) = wal::Wal::open(config.wal_dir(), config.wal.clone()).unwrap();
+    for (shard, events) in entries {
+        let entry = JournalEntry {
+            shard,
+            events,
+            directory: Vec::new(),
+            idempotency: None,
+        };
+        log.append(entry.encode().unwrap()).unwrap().wait().unwrap();
+    }
+    log.close().unwrap();
+
+    let clock = Arc::new(SeededClock::new(6, START_MS));
+    let (engine, report) = Engine::open(config.clone(), clock.clone(), Arc::new(DebugRenderer))
+        .expect("recovery quarantines instead of refusing to start");
+    assert_eq!(report.transfers_completed, 0);
+    assert_eq!(report.quarantined.len(), 1, "{:?}", report.quarantined);
+    let moved = &report.quarantined[0];
+    assert_eq!((moved.kind, moved.uuid), ("transfer", transfer.uuid));
+    assert!(
+        moved.reason.contains("settling transfer"),
+        "{}",
+        moved.reason
+    );
+    assert_eq!(engine.quarantined_moves(), report.quarantined);
+    // Still reserved: the money is in transit, accounted for, and every invariant holds.
+    assert_eq!(engine.pending_cross_shard_moves().await.unwrap(), 1);
+    engine.check_invariants().await.unwrap();
+    // The engine serves: the target is still frozen, the source takes a deposit.
+    engine.execute(deposit(source, None)).await.unwrap();
+    let _ = engine.shutdown();
+
+    // The next start tries it again, and reports it again.
+    let (engine, report) =
+        Engine::open(config, clock, Arc::new(DebugRenderer)).expect("a second start");
+    assert_eq!(report.quarantined.len(), 1);
+    let _ = engine.shutdown();
+}
