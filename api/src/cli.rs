@@ -395,8 +395,9 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let webhook_secret = webhook_secret(&args.data.data_dir, args.webhook_secret.as_deref())?;
     let fees = FeeSchedule::parse(&args.fee_schedule)
         .map_err(|reason| anyhow::anyhow!("WALLETD_FEE_SCHEDULE: {reason}"))?;
-    let (engine, report) =
-        open_engine(engine_config(&args.data, args.fsync, args.snapshot_every)?)?;
+    let mut config = engine_config(&args.data, args.fsync, args.snapshot_every)?;
+    let fault = crate::fault::arm(&mut config)?;
+    let (engine, report) = open_engine(config)?;
     tracing::info!(
         records = report.records_replayed,
         events = report.events_replayed,
@@ -479,11 +480,15 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
                 fail_stop(&reason);
             })
         };
+        let fault = fault.map(|fs| tokio::spawn(crate::fault::poison_on_sigusr1(fs)));
         println!("walletd listening on http://{address}");
         tracing::info!(%address, data_dir = %args.data.data_dir.display(), "serving");
         crate::server::serve(listener, app, shutdown_signal()).await;
         sweeper.abort();
         watchdog.abort();
+        if let Some(fault) = fault {
+            fault.abort();
+        }
         anyhow::Ok(())
     });
     runtime.shutdown_timeout(std::time::Duration::from_secs(5));
