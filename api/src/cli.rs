@@ -395,8 +395,9 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let webhook_secret = webhook_secret(&args.data.data_dir, args.webhook_secret.as_deref())?;
     let fees = FeeSchedule::parse(&args.fee_schedule)
         .map_err(|reason| anyhow::anyhow!("WALLETD_FEE_SCHEDULE: {reason}"))?;
-    let (engine, report) =
-        open_engine(engine_config(&args.data, args.fsync, args.snapshot_every)?)?;
+    let mut config = engine_config(&args.data, args.fsync, args.snapshot_every)?;
+    let fault = crate::fault::arm(&mut config)?;
+    let (engine, report) = open_engine(config)?;
     tracing::info!(
         records = report.records_replayed,
         events = report.events_replayed,
@@ -479,11 +480,15 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
                 fail_stop(&reason);
             })
         };
+        let fault = fault.map(|fs| tokio::spawn(crate::fault::poison_on_sigusr1(fs)));
         println!("walletd listening on http://{address}");
         tracing::info!(%address, data_dir = %args.data.data_dir.display(), "serving");
         crate::server::serve(listener, app, shutdown_signal()).await;
         sweeper.abort();
         watchdog.abort();
+        if let Some(fault) = fault {
+            fault.abort();
+        }
         anyhow::Ok(())
     });
     runtime.shutdown_timeout(std::time::Duration::from_secs(5));
@@ -537,6 +542,9 @@ fn replay(args: &ReplayArgs) -> anyhow::Result<()> {
             report.payment_moves_completed
         );
     }
+    for moved in &report.quarantined {
+        println!("QUARANTINED (left reserved, money in transit; needs an operator): {moved}");
+    }
     if !args.verify {
         engine.shutdown().map_err(|e| anyhow::anyhow!("{e}"))?;
         return Ok(());
@@ -559,8 +567,10 @@ fn replay(args: &ReplayArgs) -> anyhow::Result<()> {
             .pending_cross_shard_moves()
             .await
             .map_err(|e| anyhow::anyhow!("{e}"))?;
-        if pending > 0 {
-            bail!("invariant violated: {pending} cross-shard moves are still half-done after recovery");
+        // Quarantined moves are reported above and stay reserved on purpose; any other is a bug.
+        let unreported = pending.saturating_sub(report.quarantined.len());
+        if unreported > 0 {
+            bail!("invariant violated: {unreported} cross-shard moves are still half-done after recovery");
         }
         let digests = engine
             .read_all(|s| s.state_digest().to_hex())

@@ -49,7 +49,26 @@ impl FeeSchedule {
                 return Err(format!("fee schedule names {} twice", currency.code()));
             }
         }
+        schedule.validate_fallback()?;
         Ok(schedule)
+    }
+
+    /// The `*` rule applies to every currency the schedule does not name, so it must be valid for
+    /// each of them (a fixed fee of `0.5` cannot apply to a currency without minor units). Found
+    /// only at the first payment in that currency otherwise, as a 422 nobody could fix.
+    fn validate_fallback(&self) -> Result<(), String> {
+        let Some(rule) = self.fallback else {
+            return Ok(());
+        };
+        for currency in Currency::all().filter(|c| !self.rules.contains_key(c)) {
+            rule.validate(currency).map_err(|rejection| {
+                format!(
+                    "fee entry for * (every currency not named) does not fit {}: {rejection}",
+                    currency.code()
+                )
+            })?;
+        }
+        Ok(())
     }
 
     /// The rule for `currency`: its own, else the `*` rule, else no fee.
@@ -114,5 +133,23 @@ mod tests {
         ] {
             assert!(FeeSchedule::parse(bad).is_err(), "{bad}");
         }
+    }
+
+    /// Issue 16, item 11: the `*` fallback is checked like a named entry, against every currency
+    /// it applies to. Before, `*:101` or a fixed fee finer than a currency's minor unit started
+    /// and refused every payment in those currencies with a 422.
+    #[test]
+    fn issue_16_an_invalid_fallback_is_refused_naming_the_currency() {
+        for bad in ["*:101", "*:-1", "*:1+-2", "*:0.0000001", "*:1+0.001"] {
+            let error = FeeSchedule::parse(bad).unwrap_err();
+            assert!(error.contains("fee entry for *"), "{bad}: {error}");
+        }
+        // A fixed fee some currencies can hold and others (no minor units) cannot.
+        assert!(Currency::all().any(|c| c.minor_units() == 0));
+        let error = FeeSchedule::parse("*:1+0.5").unwrap_err();
+        assert!(error.contains("minor unit"), "{error}");
+        // Valid for every currency it applies to: accepted.
+        assert!(FeeSchedule::parse("*:2.5+1").is_ok());
+        assert!(FeeSchedule::parse("YER:1,*:0").is_ok());
     }
 }

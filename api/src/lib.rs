@@ -12,6 +12,7 @@
 //! - [`json`]: exact decimal JSON numbers. [`error`]: the error envelope and status mapping.
 //! - [`ratelimit`], [`metrics`]: per-caller limits, Prometheus text.
 //! - [`cli`]: the `walletd` binary's commands (`serve`, `replay`, `wal inspect`, `snapshot`).
+//! - [`fault`]: a test-only fault hook (`WALLETD_FAULT_INJECTION`) that poisons the log.
 
 // Bad input never panics the server: no unwrap or expect outside tests.
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
@@ -20,6 +21,7 @@ pub mod app;
 pub mod auth;
 pub mod cli;
 pub mod error;
+pub mod fault;
 pub mod fees;
 pub mod handlers;
 pub mod json;

@@ -6,6 +6,7 @@
 //! - `walletd_wal_*`: fsyncs (group commits), fsync seconds, records, bytes, last and durable
 //!   LSN; the mean batch is `walletd_wal_records_total / walletd_wal_fsyncs_total`
 //! - `walletd_shard_queue_depth{shard}`: commands queued at or running on each shard
+//! - `walletd_quarantined_moves`: cross-shard moves recovery could not finish (left reserved)
 //! - `walletd_webhook_events_total{provider,result}`: provider events by what they did
 //!   (`applied`, `not_applied`, `duplicate`, `refused`: bad signature, stale or invalid)
 
@@ -74,6 +75,7 @@ impl Metrics {
         last_lsn: u64,
         durable_lsn: u64,
         queue_depths: &[u64],
+        quarantined_moves: usize,
     ) -> String {
         let mut out = String::new();
         out.push_str("# HELP walletd_http_requests_total HTTP requests by operation and status.\n");
@@ -163,6 +165,7 @@ impl Metrics {
                 "walletd_shard_queue_depth{{shard=\"{shard}\"}} {depth}"
             );
         }
+        let _ = writeln!(out, "# HELP walletd_quarantined_moves Cross-shard moves recovery could not finish and left reserved (see GET /v1/health).\n# TYPE walletd_quarantined_moves gauge\nwalletd_quarantined_moves {quarantined_moves}");
         let _ = writeln!(
             out,
             "# HELP walletd_webhook_events_total Provider events by result.\n# TYPE walletd_webhook_events_total counter"

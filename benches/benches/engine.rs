@@ -171,13 +171,15 @@ fn engine_parts(c: &mut Criterion) {
         directory: Vec::new(),
         idempotency: None,
     };
-    let bytes = entry.encode();
+    let bytes = entry.encode().expect("encode");
     eprintln!(
         "a transfer's journal entry: {} events, {} bytes",
         entry.events.len(),
         bytes.len()
     );
-    group.bench_function("journal/encode_transfer", |b| b.iter(|| entry.encode()));
+    group.bench_function("journal/encode_transfer", |b| {
+        b.iter(|| entry.encode().expect("encode"))
+    });
     group.bench_function("journal/decode_transfer", |b| {
         b.iter(|| JournalEntry::decode(&bytes).expect("decode"))
     });
@@ -203,7 +205,8 @@ fn engine_parts(c: &mut Criterion) {
                 directory: Vec::new(),
                 idempotency: None,
             }
-            .encode(),
+            .encode()
+            .expect("encode"),
         );
     }
     drop(source_shard);

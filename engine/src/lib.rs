@@ -74,7 +74,9 @@ pub use shard::{
     SNAPSHOT_FORMAT_VERSION,
 };
 pub use values::currency::Currency;
-pub use values::error::{ApplyError, DecodeError, ExecuteError, InvariantViolation, Rejection};
+pub use values::error::{
+    ApplyError, DecodeError, EncodeError, ExecuteError, InvariantViolation, Rejection,
+};
 pub use values::ids::{
     shard_of, EntryId, HoldId, PaymentId, PaymentLinkId, PayoutId, QrId, SettlementId,
     TransactionId, Uuid, WalletId,

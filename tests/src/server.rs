@@ -273,6 +273,30 @@ impl Server {
         command
     }
 
+    /// Runs `command` (a `walletd serve` expected to refuse to start) to its exit, killing it and
+    /// failing the test if it is still running after `limit` (it started when it should not have).
+    pub fn run_to_exit(command: &mut Command, limit: std::time::Duration) -> std::process::Output {
+        let child = command
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn walletd");
+        let pid = child.id();
+        let (done, finished) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = done.send(child.wait_with_output());
+        });
+        match finished.recv_timeout(limit) {
+            Ok(output) => output.expect("wait for walletd"),
+            Err(_) => {
+                let _ = Command::new("kill")
+                    .args(["-KILL", &pid.to_string()])
+                    .status();
+                panic!("walletd kept running where it should have refused to start");
+            }
+        }
+    }
+
     /// Runs an offline `walletd` tool (`replay`, `wal inspect`, `snapshot`) on this server's data
     /// dir with its shard count, to completion; returns status, stdout and stderr.
     pub fn run_tool(&self, args: &[&str]) -> (ExitStatus, String, String) {
@@ -392,12 +416,34 @@ impl Server {
     /// SIGTERM: a graceful stop. Returns the exit status.
     pub fn stop(&mut self) -> ExitStatus {
         self.disarm_guardian();
-        let mut child = self.child.take().expect("the server is running");
+        let child = self.child.take().expect("the server is running");
         let sent = Command::new("kill")
             .args(["-TERM", &child.id().to_string()])
             .status()
             .expect("run kill -TERM");
         assert!(sent.success(), "kill -TERM failed");
+        self.wait_for(child, "SIGTERM")
+    }
+
+    /// Waits for the server to exit by itself (a fail-stop), up to the start timeout; returns
+    /// the exit status.
+    pub fn wait_for_exit(&mut self) -> ExitStatus {
+        self.disarm_guardian();
+        let child = self.child.take().expect("the server is running");
+        self.wait_for(child, "its failure")
+    }
+
+    /// Sends `signal` (`USR1`, `TERM`, ...) to the running server.
+    pub fn signal(&self, signal: &str) {
+        let pid = self.pid().expect("the server is running");
+        let sent = Command::new("kill")
+            .args([format!("-{signal}"), pid.to_string()])
+            .status()
+            .expect("run kill");
+        assert!(sent.success(), "kill -{signal} failed");
+    }
+
+    fn wait_for(&self, mut child: Child, after: &str) -> ExitStatus {
         let (done, finished) = mpsc::channel();
         let pid = child.id();
         let waiter = std::thread::spawn(move || {
@@ -410,7 +456,7 @@ impl Server {
                 .args(["-KILL", &pid.to_string()])
                 .status();
             panic!(
-                "walletd did not stop within {START_TIMEOUT:?} of SIGTERM; stderr:\n{}",
+                "walletd did not stop within {START_TIMEOUT:?} of {after}; stderr:\n{}",
                 self.stderr_text()
             );
         }

@@ -312,3 +312,30 @@ fn replays_survive_a_graceful_restart_and_a_crash() {
         2
     );
 }
+
+/// Issue 16, item 6: the fingerprint is of a canonical encoding with normalized amounts, so
+/// `100.5` and `100.50` are one request (under the `Debug` text they were two, and the retry was
+/// 422 `idempotency_key_reused`).
+#[test]
+fn issue_16_an_amount_with_a_trailing_zero_is_the_same_request() {
+    let f = fixture();
+    let customer = f.server.register_customer();
+    let path = format!("/v1/wallets/{}/deposit", customer.wallet_id);
+    let key = key();
+    let first = f
+        .server
+        .post_idempotent(&path, &f.operator.token, &key, r#"{"amount": 100.5}"#);
+    assert_fresh(&first, 200);
+    let again = f
+        .server
+        .post_idempotent(&path, &f.operator.token, &key, r#"{"amount": 100.50}"#);
+    assert_replay_of(&again, &first);
+    let other = f
+        .server
+        .post_idempotent(&path, &f.operator.token, &key, r#"{"amount": 100.05}"#);
+    assert_eq!(other.status, 422, "{}", other.text());
+    assert_eq!(
+        transactions(&f.server, &customer.token, customer.wallet_id),
+        1
+    );
+}

@@ -115,26 +115,7 @@ fn sigterm_under_load_answers_or_refuses_cleanly_and_keeps_every_acknowledged_de
 #[test]
 fn a_second_server_on_the_same_data_dir_exits_non_zero_saying_in_use() {
     let server = Server::start();
-    let child = server
-        .serve_command()
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn a second walletd");
-    let pid = child.id();
-    let (done, finished) = mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = done.send(child.wait_with_output());
-    });
-    let output = match finished.recv_timeout(Duration::from_secs(30)) {
-        Ok(output) => output.expect("wait for the second walletd"),
-        Err(_) => {
-            let _ = std::process::Command::new("kill")
-                .args(["-KILL", &pid.to_string()])
-                .status();
-            panic!("a second walletd on the same data dir kept running");
-        }
-    };
+    let output = Server::run_to_exit(&mut server.serve_command(), Duration::from_secs(30));
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(
         !output.status.success(),
@@ -214,4 +195,23 @@ fn offline_tools_use_the_recorded_shard_count_and_refuse_another() {
         !other.status.success() && stderr.contains("created with 4 shards"),
         "replay --shards 1 on a 4-shard data dir: {other:?}"
     );
+}
+
+/// Issue 16, item 11: a `*` fee fallback that cannot apply to every currency it covers refuses
+/// start with a message naming the setting, instead of starting and refusing payments later.
+#[test]
+fn issue_16_an_invalid_fee_fallback_refuses_to_start() {
+    let mut server = Server::start();
+    server.stop();
+    for schedule in ["YER:1,*:101", "*:1+0.5"] {
+        let mut command = server.serve_command();
+        command.env("WALLETD_FEE_SCHEDULE", schedule);
+        let output = Server::run_to_exit(&mut command, Duration::from_secs(30));
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success(), "{schedule}: {:?}", output.status);
+        assert!(
+            stderr.contains("WALLETD_FEE_SCHEDULE") && stderr.contains("fee entry for *"),
+            "{schedule}: {stderr}"
+        );
+    }
 }

@@ -125,7 +125,7 @@ impl FileSystem for StdFs {
 /// of what may happen before a record is durable.
 ///
 /// `fail_sync_after(n)` lets `n` data syncs succeed, then fails every later one;
-/// `fail_write_after(n)` does the same for writes. `hold_segment_syncs(true)` makes every data
+/// `fail_write_after(n)` does the same for writes, `fail_dir_sync_after(n)` for directory syncs. `hold_segment_syncs(true)` makes every data
 /// sync of a segment file wait until `hold_segment_syncs(false)` (the preallocator's spare and
 /// snapshots are not held). Counters are shared by every file it opens.
 #[derive(Clone)]
@@ -143,6 +143,8 @@ struct Faults {
     syncs_left: AtomicU64,
     writes_left: AtomicU64,
     syncs_seen: AtomicU64,
+    dir_syncs_left: AtomicU64,
+    dir_syncs_seen: AtomicU64,
     gate: Mutex<Gate>,
     gate_changed: Condvar,
 }
@@ -181,6 +183,8 @@ impl FaultyFs {
             syncs_left: AtomicU64::new(u64::MAX),
             writes_left: AtomicU64::new(u64::MAX),
             syncs_seen: AtomicU64::new(0),
+            dir_syncs_left: AtomicU64::new(u64::MAX),
+            dir_syncs_seen: AtomicU64::new(0),
             gate: Mutex::new(Gate::default()),
             gate_changed: Condvar::new(),
         };
@@ -197,6 +201,16 @@ impl FaultyFs {
     /// Lets `n` more writes succeed, then fails every later one.
     pub fn fail_write_after(&self, n: u64) {
         self.faults.writes_left.store(n, Ordering::SeqCst);
+    }
+
+    /// Lets `n` more directory syncs succeed, then fails every later one.
+    pub fn fail_dir_sync_after(&self, n: u64) {
+        self.faults.dir_syncs_left.store(n, Ordering::SeqCst);
+    }
+
+    /// How many directory syncs were attempted (failed ones included).
+    pub fn dir_syncs_seen(&self) -> u64 {
+        self.faults.dir_syncs_seen.load(Ordering::SeqCst)
     }
 
     /// How many data syncs were attempted (failed ones included).
@@ -309,6 +323,10 @@ impl FileSystem for FaultyFs {
     }
 
     fn sync_dir(&self, dir: &Path) -> io::Result<()> {
+        self.faults.dir_syncs_seen.fetch_add(1, Ordering::SeqCst);
+        if !take(&self.faults.dir_syncs_left) {
+            return Err(io::Error::other("injected directory fsync failure"));
+        }
         StdFs.sync_dir(dir)
     }
 }

@@ -40,3 +40,4 @@ pub use error::{Error, Result};
 pub use log::{Append, DurableRecord, FsyncPolicy, Options, Recovered, StatsSnapshot, Wal};
 pub use record::RecordRef;
 pub use snapshot::Snapshot;
+pub use writer::SpareVerdict;

@@ -119,6 +119,8 @@ pub struct Recovered {
     pub segments: usize,
     /// A torn tail that was cut off: segment, offset, reason.
     pub torn_tail: Option<(PathBuf, u64, String)>,
+    /// What was done with a spare segment an earlier run left.
+    pub spare: crate::writer::SpareVerdict,
 }
 
 /// Counters the writer keeps, for metrics.
@@ -475,6 +477,16 @@ impl Wal {
             });
         }
 
+        // Nothing is published as durable before it is: after a kill during a sync, the tail
+        // read back may sit only in the page cache, and a segment's or a rename's directory
+        // entry may not be on disk. Every segment is synced, then the directory, and only then
+        // is `durable_lsn` set to the last record read (a failure here fails the open).
+        if options.fsync == FsyncPolicy::Always {
+            sync_recovered(fs.as_ref(), &dir, &scan)?;
+        }
+        let (spare_verdict, spare) =
+            crate::writer::inspect_spare(fs.as_ref(), &dir, options.segment_bytes)?;
+
         let segment = match scan.segments.last() {
             Some(last) => {
                 let file = fs
@@ -536,8 +548,9 @@ impl Wal {
             notifier: Some(notify_tx),
         });
         let (tx, rx) = crossbeam_channel::bounded(options.queue_records_max);
-        let spares = crate::writer::Spares::start(fs.clone(), dir.clone(), options.segment_bytes)
-            .map_err(|e| Error::io("spawn the segment preallocator thread", e))?;
+        let spares =
+            crate::writer::Spares::start(fs.clone(), dir.clone(), options.segment_bytes, spare)
+                .map_err(|e| Error::io("spawn the segment preallocator thread", e))?;
         // Only the writer holds the tap: once it stops (close or poison), the consumer sees the
         // channel close.
         let mut options = options;
@@ -566,6 +579,7 @@ impl Wal {
             records_replayed: replayed,
             segments: scan.segments.len(),
             torn_tail: scan.torn,
+            spare: spare_verdict,
         };
         let inner = Inner {
             dir,
@@ -737,6 +751,26 @@ impl Wal {
         self.inner.shutdown();
         synced.map(|_| ())
     }
+}
+
+/// Syncs every recovered segment (data) and then the log directory (their entries), so what
+/// recovery is about to publish as durable is durable.
+fn sync_recovered(fs: &dyn FileSystem, dir: &Path, scan: &DirScan) -> Result<()> {
+    for segment in &scan.segments {
+        let path = &segment.path;
+        let file = fs
+            .open(path)
+            .map_err(|e| Error::io(format!("open segment {} to sync it", path.display()), e))?;
+        file.sync_data()
+            .map_err(|e| Error::io(format!("sync recovered segment {}", path.display()), e))?;
+    }
+    fs.sync_dir(dir)
+        .map_err(|e| Error::io(format!("sync log directory {}", dir.display()), e))?;
+    tracing::debug!(
+        segments = scan.segments.len(),
+        "synced the recovered log before publishing it as durable"
+    );
+    Ok(())
 }
 
 /// Takes the directory's lock file (`LOCK`), exclusively, without blocking.

@@ -75,7 +75,8 @@ pub struct DirScan {
     pub next_lsn: u64,
     /// Bytes cut off a torn tail, when one was found (and, in repair mode, removed).
     pub torn: Option<(PathBuf, u64, String)>,
-    /// Stale temporary files found (removed in repair mode).
+    /// Stale temporary files found (removed in repair mode, except the preallocator's spare,
+    /// which opening the log inspects).
     pub stale_temp_files: Vec<PathBuf>,
 }
 
@@ -266,13 +267,13 @@ pub fn scan_dir(
 ) -> Result<DirScan> {
     let (segments, temps) = list_segments(fs, dir)?;
     if mode == Mode::Repair {
-        for temp in &temps {
-            if temp.extension().is_some_and(|e| e == "spare") {
-                // The preallocator's unused spare: normal after any shutdown; a new one is made.
-                tracing::debug!(path = %temp.display(), "removing the unused spare segment");
-            } else {
-                tracing::warn!(path = %temp.display(), "removing a segment file left half-created by a crash");
-            }
+        // The preallocator's spare is not removed here: opening the log inspects it and either
+        // reuses it or removes it, saying why (`crate::writer::inspect_spare`).
+        for temp in temps
+            .iter()
+            .filter(|t| t.extension().is_none_or(|e| e != "spare"))
+        {
+            tracing::warn!(path = %temp.display(), "removing a segment file left half-created by a crash");
             fs.remove(temp)
                 .map_err(|e| Error::io(format!("remove stale temp file {}", temp.display()), e))?;
         }

@@ -193,8 +193,28 @@ pub fn load_newest(fs: &dyn FileSystem, dir: &Path) -> Result<Option<Snapshot>> 
     }
 }
 
-/// Removes stale temp files and all but the newest `keep` snapshots. Returns the LSN of the
-/// oldest snapshot kept, if any.
+/// Whether the snapshot file at `path`, named for `name_lsn`, checks out (header, length,
+/// checksum, and the LSN its name gives); the reason when it does not.
+fn check(fs: &dyn FileSystem, path: &Path, name_lsn: u64) -> Result<Result<(), String>> {
+    let bytes = fs
+        .read(path)
+        .map_err(|e| Error::io(format!("read snapshot {}", path.display()), e))?;
+    Ok(match decode(&bytes) {
+        Ok((lsn, _)) if lsn == name_lsn => Ok(()),
+        Ok((lsn, _)) => Err(format!(
+            "header says LSN {lsn} but the file name says {name_lsn}"
+        )),
+        Err(reason) => Err(reason),
+    })
+}
+
+/// Removes stale temp files and every valid snapshot older than the newest `keep` *valid* ones.
+/// Returns the LSN of the oldest valid snapshot kept, if any: only that may release log segments.
+///
+/// Each snapshot is checked (header, checksum, LSN) before it counts toward `keep`, so a corrupt
+/// newer snapshot never costs the last valid one. A corrupt snapshot is logged, never counted
+/// and never relied on; one newer than the oldest kept valid snapshot is left in place for an
+/// operator to look at (loading skips it, loudly), one older is removed with the old ones.
 pub fn prune(fs: &dyn FileSystem, dir: &Path, keep: usize) -> Result<Option<u64>> {
     let names = fs
         .list(dir)
@@ -210,15 +230,23 @@ pub fn prune(fs: &dyn FileSystem, dir: &Path, keep: usize) -> Result<Option<u64>
             })?;
         }
     }
-    let snapshots = list(fs, dir)?;
-    for (_, path) in snapshots.iter().skip(keep) {
-        fs.remove(path)
-            .map_err(|e| Error::io(format!("remove old snapshot {}", path.display()), e))?;
+    let mut kept: Vec<u64> = Vec::with_capacity(keep);
+    for (lsn, path) in list(fs, dir)? {
+        if kept.len() >= keep {
+            // Older than every kept valid snapshot: valid or not, nothing needs it.
+            tracing::info!(snapshot = %path.display(), "removing a snapshot older than the newest valid ones");
+            fs.remove(&path)
+                .map_err(|e| Error::io(format!("remove old snapshot {}", path.display()), e))?;
+            continue;
+        }
+        match check(fs, &path, lsn)? {
+            Ok(()) => kept.push(lsn),
+            Err(reason) => {
+                tracing::error!(snapshot = %path.display(), reason = %reason, "a snapshot is corrupt: it does not count toward the snapshots kept, and older valid ones stay");
+            }
+        }
     }
     fs.sync_dir(dir)
         .map_err(|e| Error::io(format!("sync snapshot directory {}", dir.display()), e))?;
-    Ok(snapshots
-        .get(..keep.min(snapshots.len()))
-        .and_then(<[_]>::last)
-        .map(|(lsn, _)| *lsn))
+    Ok(kept.last().copied())
 }

@@ -957,3 +957,207 @@ fn the_retention_floor_keeps_segments_a_snapshot_alone_would_drop() {
         "with the floor raised, covered segments go"
     );
 }
+
+// ---- issue 16, item 7: recovery publishes as durable only what it synced; the spare is inspected ----
+
+/// A closed log of 120 records of 2000 bytes: several segments, and the spare its preallocator left.
+fn closed_log_with_segments(dir: &Path) -> usize {
+    let (wal, _) = Wal::open(dir, small_options()).unwrap();
+    fill(&wal, 1, 120, |_| 2000);
+    wal.close().unwrap();
+    let count = segments(dir).len();
+    assert!(count >= 3, "{count} segments");
+    count
+}
+
+fn open_on(fs: &FaultyFs, dir: &Path) -> crate::Result<(Wal, crate::Recovered)> {
+    Wal::open_with(
+        Arc::new(fs.clone()),
+        dir,
+        small_options(),
+        u64::MAX,
+        &mut |_| Ok(()),
+    )
+}
+
+#[test]
+fn issue_16_recovery_syncs_every_segment_and_the_directory_before_publishing_durable() {
+    let dir = tempfile::tempdir().unwrap();
+    let count = closed_log_with_segments(dir.path());
+    let fs = FaultyFs::new();
+    let (wal, recovered) = open_on(&fs, dir.path()).unwrap();
+    assert_eq!(recovered.last_lsn, 120);
+    assert_eq!(wal.durable_lsn(), 120);
+    // By the time `durable_lsn` is readable (open returned), each segment had its fdatasync and
+    // the directory its fsync. (The preallocator may add one data sync of its own; never fewer.)
+    assert!(
+        fs.syncs_seen() >= count as u64,
+        "{} data syncs for {count} segments",
+        fs.syncs_seen()
+    );
+    assert!(fs.dir_syncs_seen() >= 1, "the directory was not synced");
+}
+
+#[test]
+fn issue_16_recovery_that_cannot_sync_the_log_refuses_to_open() {
+    let dir = tempfile::tempdir().unwrap();
+    closed_log_with_segments(dir.path());
+
+    let fs = FaultyFs::new();
+    fs.fail_sync_after(0);
+    let err = open_on(&fs, dir.path()).expect_err("open must fail");
+    assert!(matches!(err, Error::Io { .. }), "{err}");
+    assert!(err.to_string().contains("sync recovered segment"), "{err}");
+
+    let fs = FaultyFs::new();
+    fs.fail_dir_sync_after(0);
+    let err = open_on(&fs, dir.path()).expect_err("open must fail");
+    assert!(err.to_string().contains("sync log directory"), "{err}");
+
+    // Nothing was lost by the refusals.
+    let (_, recovered) = Wal::open(dir.path(), small_options()).unwrap();
+    assert_eq!(recovered.last_lsn, 120);
+}
+
+#[test]
+fn issue_16_an_intact_spare_is_reused_not_rewritten() {
+    let dir = tempfile::tempdir().unwrap();
+    closed_log_with_segments(dir.path());
+    let spare = dir.path().join(crate::writer::SPARE_NAME);
+    assert_eq!(
+        std::fs::metadata(&spare).unwrap().len(),
+        small_options().segment_bytes
+    );
+    let (wal, recovered) = Wal::open(dir.path(), small_options()).unwrap();
+    assert_eq!(recovered.spare, crate::SpareVerdict::Reused);
+    // Rotation takes the reused spare: records keep landing in order.
+    fill(&wal, 121, 60, |_| 2000);
+    wal.close().unwrap();
+    assert_eq!(read_all(dir.path(), &small_options()).len(), 180);
+
+    // A crash after a rotation wrote its header into the spare but before the rename leaves a
+    // header over zeros: still what the preallocator and rotation leave, so it is reused too.
+    let header = record::encode_segment_header(999);
+    let file = StdFs.open(&spare).unwrap();
+    file.write_all_at(&header, 0).unwrap();
+    drop(file);
+    let (wal, recovered) = Wal::open(dir.path(), small_options()).unwrap();
+    assert_eq!(recovered.spare, crate::SpareVerdict::Reused);
+    fill(&wal, 181, 60, |_| 2000);
+    wal.close().unwrap();
+    assert_eq!(read_all(dir.path(), &small_options()).len(), 240);
+}
+
+#[test]
+fn issue_16_a_damaged_spare_is_removed_with_its_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    closed_log_with_segments(dir.path());
+    let spare = dir.path().join(crate::writer::SPARE_NAME);
+
+    // Cut short: preallocation was interrupted.
+    std::fs::write(&spare, vec![0u8; 1000]).unwrap();
+    let (wal, recovered) = Wal::open(dir.path(), small_options()).unwrap();
+    match &recovered.spare {
+        crate::SpareVerdict::Removed(reason) => {
+            assert!(reason.contains("1000 bytes"), "{reason}")
+        }
+        other => panic!("a short spare was {other:?}"),
+    }
+    wal.close().unwrap();
+
+    // Full length but with data where only zeros belong.
+    let mut bytes = vec![0u8; small_options().segment_bytes as usize];
+    bytes[40_000] = 0x5A;
+    std::fs::write(&spare, &bytes).unwrap();
+    let (wal, recovered) = Wal::open(dir.path(), small_options()).unwrap();
+    match &recovered.spare {
+        crate::SpareVerdict::Removed(reason) => {
+            assert!(reason.contains("offset 40000"), "{reason}")
+        }
+        other => panic!("a dirty spare was {other:?}"),
+    }
+    // A fresh spare replaced it and the log still works across rotations.
+    fill(&wal, 121, 60, |_| 2000);
+    wal.close().unwrap();
+    assert_eq!(read_all(dir.path(), &small_options()).len(), 180);
+
+    // A header that is not a segment header.
+    let mut bytes = vec![0u8; small_options().segment_bytes as usize];
+    bytes[..8].copy_from_slice(b"garbage!");
+    std::fs::write(&spare, &bytes).unwrap();
+    let (_wal, recovered) = Wal::open(dir.path(), small_options()).unwrap();
+    assert!(
+        matches!(&recovered.spare, crate::SpareVerdict::Removed(r) if r.contains("segment header")),
+        "{:?}",
+        recovered.spare
+    );
+}
+
+// ---- issue 16, item 9: pruning keeps the newest *valid* snapshots ----
+
+#[test]
+fn issue_16_pruning_never_deletes_the_last_valid_snapshot_for_corrupt_newer_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    snapshot::write(&StdFs, dir.path(), 10, b"ten").unwrap();
+    let twenty = snapshot::write(&StdFs, dir.path(), 20, b"twenty").unwrap();
+    let thirty = snapshot::write(&StdFs, dir.path(), 30, b"thirty").unwrap();
+    flip_bit(&twenty, 45);
+    flip_bit(&thirty, 3);
+    // The newest two names are corrupt; the only valid snapshot is the oldest.
+    let oldest_kept = snapshot::prune(&StdFs, dir.path(), 2).unwrap();
+    assert_eq!(oldest_kept, Some(10));
+    let loaded = snapshot::load_newest(&StdFs, dir.path()).unwrap().unwrap();
+    assert_eq!((loaded.lsn, loaded.payload.as_slice()), (10, &b"ten"[..]));
+
+    // A newer valid one arrives: it and 10 are the two valid ones kept.
+    snapshot::write(&StdFs, dir.path(), 40, b"forty").unwrap();
+    assert_eq!(snapshot::prune(&StdFs, dir.path(), 2).unwrap(), Some(10));
+    // And one more: 40 and 50 are kept; 10 and the corrupt ones between go.
+    snapshot::write(&StdFs, dir.path(), 50, b"fifty").unwrap();
+    assert_eq!(snapshot::prune(&StdFs, dir.path(), 2).unwrap(), Some(40));
+    let names: Vec<u64> = snapshot::list(&StdFs, dir.path())
+        .unwrap()
+        .into_iter()
+        .map(|(lsn, _)| lsn)
+        .collect();
+    assert_eq!(names, vec![50, 40]);
+}
+
+#[test]
+fn issue_16_a_corrupt_newest_snapshot_does_not_release_the_log_the_valid_one_needs() {
+    let dir = tempfile::tempdir().unwrap();
+    let (wal, _) = Wal::open(dir.path(), small_options()).unwrap();
+    fill(&wal, 1, 150, |_| 2000);
+    wal.checkpoint(40, b"state@40").unwrap();
+    // Two newer snapshots that are corrupt on disk (a bad disk, a bug): neither counts.
+    std::fs::write(
+        dir.path().join(format!("{:020}.snap", 90)),
+        b"not a snapshot",
+    )
+    .unwrap();
+    let newest = wal.checkpoint(120, b"state@120").unwrap();
+    flip_bit(&newest, 44);
+    wal.checkpoint(130, b"state@130").unwrap();
+    // Valid: 130 and 40. Every record after 40 must still be in the log.
+    let first = segments(dir.path()).into_iter().next().unwrap();
+    let first_lsn =
+        record::parse_segment_file_name(first.file_name().unwrap().to_str().unwrap()).unwrap();
+    assert!(
+        first_lsn <= 41,
+        "log starts at {first_lsn}, after the valid snapshot 40"
+    );
+    wal.close().unwrap();
+    let mut seen = 0;
+    Wal::open_with(
+        Arc::new(StdFs),
+        dir.path(),
+        small_options(),
+        41,
+        &mut |_| {
+            seen += 1;
+            Ok(())
+        },
+    )
+    .unwrap();
+    assert_eq!(seen, 110);
+}

@@ -65,21 +65,46 @@ pub(crate) struct Spares {
     ask: Option<Sender<()>>,
     ready: Receiver<std::io::Result<Box<dyn WalFile>>>,
     asked: bool,
+    /// Joined on drop, so no spare is still being written once the log is closed (a later
+    /// opener of the directory would otherwise inspect a file another thread is filling).
+    thread: Option<std::thread::JoinHandle<()>>,
 }
 
-/// Name of the spare segment being prepared (no header yet; recovery removes a stale one).
+impl Drop for Spares {
+    fn drop(&mut self) {
+        // Hanging up ends the preallocator's loop once its current spare (if any) is done.
+        self.ask = None;
+        if let Some(thread) = self.thread.take() {
+            if thread.join().is_err() {
+                tracing::error!("the segment preallocator thread panicked");
+            }
+        }
+    }
+}
+
+/// Name of the spare segment being prepared (no header yet; recovery inspects a stale one and
+/// reuses or removes it, see [`inspect_spare`]).
 pub(crate) const SPARE_NAME: &str = "next.spare";
 
 impl Spares {
     /// Starts the preallocator thread and asks it for the first spare.
+    ///
+    /// `prepared` is a spare recovery found intact ([`inspect_spare`]): it is handed over as the
+    /// first spare instead of writing a new one.
     pub fn start(
         fs: Arc<dyn FileSystem>,
         dir: PathBuf,
         segment_bytes: u64,
+        prepared: Option<Box<dyn WalFile>>,
     ) -> std::io::Result<Self> {
         let (ask, asks) = crossbeam_channel::bounded::<()>(1);
         let (done, ready) = crossbeam_channel::bounded(1);
-        std::thread::Builder::new()
+        let reused = match prepared {
+            // The channel is empty and holds one: this send cannot block.
+            Some(file) => done.send(Ok(file)).is_ok(),
+            None => false,
+        };
+        let thread = std::thread::Builder::new()
             .name("wal-prealloc".into())
             .spawn(move || {
                 while asks.recv().is_ok() {
@@ -97,9 +122,12 @@ impl Spares {
         let mut spares = Spares {
             ask: Some(ask),
             ready,
-            asked: false,
+            asked: reused,
+            thread: Some(thread),
         };
-        spares.request();
+        if !reused {
+            spares.request();
+        }
         Ok(spares)
     }
 
@@ -242,6 +270,102 @@ impl Writer {
     }
 }
 
+/// What recovery decided about a `next.spare` found in the log directory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SpareVerdict {
+    /// No spare was there.
+    Absent,
+    /// The spare is exactly what the preallocator leaves (`segment_bytes` of zeros, or zeros
+    /// under a segment header that a rotation wrote before a crash stopped its rename); it was
+    /// synced and is reused as the first spare.
+    Reused,
+    /// The spare was removed; the reason says what was wrong with it.
+    Removed(String),
+}
+
+/// Inspects a spare segment left in `dir` by an earlier run. The preallocator leaves either a
+/// file still being zero-filled (a crash cut it short), or `segment_bytes` of zeros, synced; a
+/// rotation then writes a segment header into it and renames it, so a crash between the two
+/// leaves a header over zeros. A complete spare is synced (its zeros may have been only in the
+/// page cache) and reused; anything else is removed, with the reason logged.
+pub(crate) fn inspect_spare(
+    fs: &dyn FileSystem,
+    dir: &Path,
+    segment_bytes: u64,
+) -> Result<(SpareVerdict, Option<Box<dyn WalFile>>)> {
+    let path = dir.join(SPARE_NAME);
+    let context = |what: &str| format!("{what} the spare segment {}", path.display());
+    let names = fs
+        .list(dir)
+        .map_err(|e| Error::io(format!("list log directory {}", dir.display()), e))?;
+    if !names.iter().any(|name| name.as_os_str() == SPARE_NAME) {
+        return Ok((SpareVerdict::Absent, None));
+    }
+    let file = fs.open(&path).map_err(|e| Error::io(context("open"), e))?;
+    let problem =
+        spare_problem(file.as_ref(), segment_bytes).map_err(|e| Error::io(context("read"), e))?;
+    match problem {
+        None => {
+            file.sync_data()
+                .map_err(|e| Error::io(context("sync"), e))?;
+            tracing::info!(path = %path.display(), "reusing the spare segment an earlier run prepared");
+            Ok((SpareVerdict::Reused, Some(file)))
+        }
+        Some(reason) => {
+            drop(file);
+            tracing::warn!(path = %path.display(), reason = %reason, "removing a spare segment that is not as the preallocator leaves one; a new one is prepared");
+            fs.remove(&path)
+                .map_err(|e| Error::io(context("remove"), e))?;
+            fs.sync_dir(dir)
+                .map_err(|e| Error::io(format!("sync log directory {}", dir.display()), e))?;
+            Ok((SpareVerdict::Removed(reason), None))
+        }
+    }
+}
+
+/// Why a spare is not reusable, or `None` when it is.
+fn spare_problem(file: &dyn WalFile, segment_bytes: u64) -> std::io::Result<Option<String>> {
+    let len = file.len()?;
+    if len != segment_bytes {
+        return Ok(Some(format!(
+            "it is {len} bytes where a spare is {segment_bytes} (preallocation was interrupted, or the segment size changed)"
+        )));
+    }
+    let mut chunk = vec![0u8; 1 << 20];
+    let mut at = 0u64;
+    while at < len {
+        let n = (len - at).min(chunk.len() as u64) as usize;
+        let Some(buf) = chunk.get_mut(..n) else { break };
+        file.read_exact_at(buf, at)?;
+        let body = if at == 0 {
+            let header = buf.get(..SEGMENT_HEADER_BYTES).unwrap_or_default();
+            if header.iter().any(|&b| b != 0) {
+                if let Err(reason) = crate::record::decode_segment_header(header) {
+                    return Ok(Some(format!(
+                        "its first bytes are neither zeros nor a segment header: {reason}"
+                    )));
+                }
+            }
+            buf.get(SEGMENT_HEADER_BYTES..).unwrap_or_default()
+        } else {
+            buf
+        };
+        if let Some(offset) = body.iter().position(|&b| b != 0) {
+            let base = if at == 0 {
+                SEGMENT_HEADER_BYTES as u64
+            } else {
+                at
+            };
+            return Ok(Some(format!(
+                "it holds non-zero bytes at offset {} where a spare holds only zeros",
+                base + offset as u64
+            )));
+        }
+        at += n as u64;
+    }
+    Ok(None)
+}
+
 /// Writes zeros over `[from, to)` of `file`, extending it if needed.
 pub(crate) fn zero_fill(file: &dyn WalFile, from: u64, to: u64) -> std::io::Result<()> {
     let zeros = vec![0u8; 1 << 20];
@@ -255,7 +379,7 @@ pub(crate) fn zero_fill(file: &dyn WalFile, from: u64, to: u64) -> std::io::Resu
 }
 
 /// Turns a prepared spare into the segment starting at `first_lsn`: header, sync, rename, sync
-/// the directory. A crash before the rename leaves only a spare, which recovery removes.
+/// the directory. A crash before the rename leaves only a spare, which recovery inspects.
 fn install_spare(
     fs: &dyn FileSystem,
     dir: &Path,

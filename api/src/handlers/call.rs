@@ -195,6 +195,9 @@ fn percent_decode(text: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
+/// The error code of a request whose Idempotency-Key is still being processed.
+pub const REQUEST_IN_PROGRESS: &str = "request_in_progress";
+
 /// Maps an engine failure to the API's error. The one place this is decided.
 pub fn engine_error(error: EngineError) -> ApiError {
     match error {
@@ -204,7 +207,7 @@ pub fn engine_error(error: EngineError) -> ApiError {
             "this Idempotency-Key was already used for a different request",
         ),
         EngineError::IdempotencyInFlight => ApiError::conflict(
-            "request_in_progress",
+            REQUEST_IN_PROGRESS,
             "a request with this Idempotency-Key is still being processed; retry shortly",
         ),
         EngineError::Unavailable(reason) => {
@@ -232,13 +235,7 @@ pub async fn run_keyed(
         let outcome = app.engine.execute(command).await.map_err(engine_error)?;
         return Ok((render_outcome(call.op.index(), &outcome), false));
     };
-    let caller = call.principal()?.caller();
-    let key = IdempotencyKey {
-        fingerprint: fingerprint(call, &format!("{command:?}")),
-        caller,
-        key,
-        route: call.op.index(),
-    };
+    let key = idempotency_key(call, &command, key)?;
     let reply = app
         .engine
         .execute_idempotent(command, key)
@@ -248,9 +245,32 @@ pub async fn run_keyed(
     Ok((rendered, reply.replayed))
 }
 
-/// Digest of what was asked: the operation, its path parameters and the typed command (so
-/// whitespace or key order in the body do not make a retry look different).
-pub fn fingerprint(call: &Call, typed: &str) -> [u8; 32] {
+/// The key of a keyed command: the caller, the client's key and the request's fingerprint.
+pub fn idempotency_key(
+    call: &Call,
+    command: &Command,
+    key: String,
+) -> Result<IdempotencyKey, ApiError> {
+    let caller = call.principal()?.caller();
+    let operation = call.op.route().operation_id;
+    Ok(IdempotencyKey {
+        fingerprint: engine::runtime::fingerprint::fingerprint(
+            operation,
+            &caller,
+            &call.params,
+            command,
+        ),
+        legacy_fingerprint: Some(legacy_fingerprint(call, command)),
+        caller,
+        key,
+        route: call.op.index(),
+    })
+}
+
+/// The fingerprint the release before the canonical one computed: the operation, its path
+/// parameters and the command's `Debug` text. Only for retries of keys that release answered
+/// (see `IdempotencyKey::legacy_fingerprint`); remove with it.
+fn legacy_fingerprint(call: &Call, command: &Command) -> [u8; 32] {
     let mut hasher = Sha256::new();
     hasher.update(call.op.route().operation_id.as_bytes());
     for (name, value) in &call.params {
@@ -260,7 +280,7 @@ pub fn fingerprint(call: &Call, typed: &str) -> [u8; 32] {
         hasher.update(value.as_bytes());
     }
     hasher.update(b"\0");
-    hasher.update(typed.as_bytes());
+    hasher.update(format!("{command:?}").as_bytes());
     hasher.finalize().into()
 }
 

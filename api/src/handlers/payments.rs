@@ -6,7 +6,7 @@
 //! first answer with `is_duplicate: true`.
 
 use engine::commerce::payment::PaymentProvider;
-use engine::runtime::{owner_shard, EngineError, IdempotencyKey, WalletScope};
+use engine::runtime::{owner_shard, EngineError, WalletScope};
 use engine::shard::command::{InitiatePayment, RefundPayment};
 use engine::{Command, Uuid, WalletId};
 use hyper::StatusCode;
@@ -14,7 +14,7 @@ use rust_decimal::Decimal;
 use serde::Deserialize;
 
 use super::call::{currency_field, merchant_wallet};
-use super::call::{engine_error, fingerprint, Call, Handled};
+use super::call::{engine_error, idempotency_key, Call, Handled, REQUEST_IN_PROGRESS};
 use super::wallets::wallet_field;
 use crate::app::SharedApp;
 use crate::auth::{Scope, Subject, Tier};
@@ -40,12 +40,7 @@ async fn run_payment(
             Err(error) => return Err(engine_error(error)),
         },
         Some(key) => {
-            let key = IdempotencyKey {
-                fingerprint: fingerprint(call, &format!("{command:?}")),
-                caller: call.principal()?.caller(),
-                key,
-                route: call.op.index(),
-            };
+            let key = idempotency_key(call, &command, key)?;
             let reply = app
                 .engine
                 .execute_idempotent(command, key)
@@ -91,15 +86,11 @@ struct InitiateBody {
 
 /// Answers a refused payment request in the payment envelope: every 409 and 422 of these routes
 /// (bad input included), so clients read one shape (decisions.md §4). 401, 403, 404 and 5xx keep
-/// the standard error body.
-pub async fn in_envelope(handled: Handled, path_uuid: Option<Uuid>) -> Handled {
+/// the standard error body, and so does `409 request_in_progress`: it says nothing about the
+/// payment (the same request is still running), only "retry shortly", as on every other route.
+pub fn in_envelope(handled: Handled, path_uuid: Option<Uuid>) -> Handled {
     match handled {
-        Err(error)
-            if matches!(
-                error.status,
-                StatusCode::CONFLICT | StatusCode::UNPROCESSABLE_ENTITY
-            ) =>
-        {
+        Err(error) if is_payment_refusal(&error) => {
             let mut rendered = refusal_from_error(&error);
             if let Some(uuid) = &path_uuid {
                 with_payment_uuid(&mut rendered, uuid);
@@ -110,10 +101,18 @@ pub async fn in_envelope(handled: Handled, path_uuid: Option<Uuid>) -> Handled {
     }
 }
 
+/// Whether `error` is a refusal the payment envelope reports (see [`in_envelope`]).
+fn is_payment_refusal(error: &ApiError) -> bool {
+    matches!(
+        error.status,
+        StatusCode::CONFLICT | StatusCode::UNPROCESSABLE_ENTITY
+    ) && error.code != REQUEST_IN_PROGRESS
+}
+
 /// `POST /payments/initiate`: the caller pays from `wallet_id` (their own wallet, or one of
 /// their business's) to the merchant.
 pub async fn initiate(app: &SharedApp, call: &Call) -> Handled {
-    in_envelope(initiate_payment(app, call).await, None).await
+    in_envelope(initiate_payment(app, call).await, None)
 }
 
 async fn initiate_payment(app: &SharedApp, call: &Call) -> Handled {
@@ -270,7 +269,7 @@ struct RefundBody {
 /// Confirm, cancel and refund: one transition of the payment named by the path.
 pub async fn transition(app: &SharedApp, call: &Call) -> Handled {
     let uuid = call.uuid_param("paymentUuid", "payment")?;
-    in_envelope(transition_payment(app, call, uuid).await, Some(uuid)).await
+    in_envelope(transition_payment(app, call, uuid).await, Some(uuid))
 }
 
 async fn transition_payment(app: &SharedApp, call: &Call, uuid: Uuid) -> Handled {
@@ -314,4 +313,43 @@ pub async fn status(app: &SharedApp, call: &Call) -> Handled {
         .map_err(engine_error)?
         .map_err(|_| ApiError::not_found("payment"))?;
     Ok((payment_answer(StatusCode::OK, &view), false))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use engine::runtime::EngineError;
+    use hyper::StatusCode;
+
+    use super::in_envelope;
+    use crate::handlers::call::engine_error;
+
+    /// Issue 16, item 11: a key still in flight on a payment route is the standard error body
+    /// (409 `request_in_progress`), as on every other route; before, it was rendered as a
+    /// PaymentResult with `status: "refused"`. A business refusal keeps the payment envelope.
+    #[test]
+    fn issue_16_request_in_progress_on_a_payment_route_is_the_standard_error() {
+        let in_flight = in_envelope(Err(engine_error(EngineError::IdempotencyInFlight)), None);
+        let error = in_flight.err().unwrap();
+        assert_eq!(error.status, StatusCode::CONFLICT);
+        assert_eq!(error.code, "request_in_progress");
+        let body: serde_json::Value = serde_json::from_slice(&error.body("rid")).unwrap();
+        assert_eq!(body["status"], serde_json::json!(false));
+        assert_eq!(body["error"]["code"], "request_in_progress");
+        assert_eq!(body["request_id"], "rid");
+
+        let refused = in_envelope(
+            Err(engine_error(EngineError::Rejected(
+                engine::Rejection::WalletFrozen,
+            ))),
+            None,
+        );
+        let (rendered, replayed) = refused.unwrap();
+        assert!(!replayed);
+        assert_eq!(rendered.status, StatusCode::CONFLICT);
+        let body: serde_json::Value = serde_json::from_slice(&rendered.body).unwrap();
+        assert_eq!(body["success"], serde_json::json!(false));
+        assert_eq!(body["data"]["status"], "refused");
+    }
 }

@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde::{Deserialize, Serialize};
 
-use crate::values::error::{DecodeError, Rejection};
+use crate::values::error::{encode_versioned, DecodeError, EncodeError, Rejection};
 
 /// Longest name, email or phone accepted, in bytes.
 pub const IDENTITY_TEXT_MAX: usize = 256;
@@ -353,10 +353,10 @@ impl Directory {
         }
     }
 
-    /// Serialises the directory (indexes are rebuilt on load).
-    #[must_use]
-    pub fn to_bytes(&self) -> Vec<u8> {
-        postcard::to_allocvec(self).unwrap_or_default()
+    /// Serialises the directory (indexes are rebuilt on load), or says why it could not (a bug).
+    pub fn to_bytes(&self) -> Result<Vec<u8>, EncodeError> {
+        // No version byte of its own: the image that holds it carries one.
+        encode_versioned(self, &[], "directory")
     }
 
     /// Loads a directory written by [`Directory::to_bytes`]. Never panics.
@@ -458,7 +458,7 @@ mod tests {
             dir.decide(&register, 6),
             Err(Rejection::Duplicate("customer phone"))
         );
-        let copy = Directory::from_bytes(&dir.to_bytes()).unwrap();
+        let copy = Directory::from_bytes(&dir.to_bytes().unwrap()).unwrap();
         assert_eq!(copy.customer_by_phone("+967700000001").unwrap().id, 1);
         assert_eq!(copy, dir);
         // Replaying an event twice is refused, not silently doubled.

@@ -303,18 +303,31 @@ impl ShardActor {
             directory: Vec::new(),
             idempotency: idempotency.clone(),
         };
-        match self.wal.append(entry.encode()) {
+        let ticket = self.append(&entry)?;
+        if self.history.is_some() {
+            self.unfiled
+                .push_back((self.shard.command_stamp(), ticket.lsn()));
+        }
+        if let Some(record) = &idempotency {
+            // Stored now, tagged with its LSN: shown to retries only once durable.
+            self.idempotency.record(record, ticket.lsn());
+        }
+        Ok((Executed { result, response }, Some(ticket)))
+    }
+
+    /// Encodes and appends one command's record. Memory already holds the command's effects, so
+    /// a record that cannot be encoded or appended stops the shard: nothing is answered, and a
+    /// restart rebuilds the shard from the log, which never held the command.
+    fn append(&mut self, entry: &JournalEntry) -> Result<wal::Append, EngineError> {
+        let bytes = entry.encode().map_err(|error| {
+            self.fail(format!(
+                "a command's record could not be encoded, so it was not logged: {error}"
+            ))
+        })?;
+        match self.wal.append(bytes) {
             Ok(ticket) => {
                 self.last_lsn = ticket.lsn();
-                if self.history.is_some() {
-                    self.unfiled
-                        .push_back((self.shard.command_stamp(), ticket.lsn()));
-                }
-                if let Some(record) = &idempotency {
-                    // Stored now, tagged with its LSN: shown to retries only once durable.
-                    self.idempotency.record(record, ticket.lsn());
-                }
-                Ok((Executed { result, response }, Some(ticket)))
+                Ok(ticket)
             }
             Err(error) => Err(self.fail(format!("the write-ahead log refused a record: {error}"))),
         }
@@ -452,16 +465,11 @@ impl Handler<ExecuteDirectory> for ShardActor {
             directory: events,
             idempotency: None,
         };
-        match self.wal.append(entry.encode()) {
-            Ok(ticket) => {
-                self.last_lsn = ticket.lsn();
-                Ok(Durable {
-                    value: Ok(created),
-                    ticket,
-                })
-            }
-            Err(error) => Err(self.fail(format!("the write-ahead log refused a record: {error}"))),
-        }
+        let ticket = self.append(&entry)?;
+        Ok(Durable {
+            value: Ok(created),
+            ticket,
+        })
     }
 }
 

@@ -96,7 +96,13 @@ pub enum EngineError {
 pub struct IdempotencyKey {
     pub caller: String,
     pub key: String,
+    /// SHA-256 of the request's canonical encoding ([`super::fingerprint`]).
     pub fingerprint: [u8; 32],
+    /// The digest the previous release computed for the same request (from the command's
+    /// `Debug` text), so a retry of a key it answered still matches after the upgrade. Keys live
+    /// 24 h; this goes with the release after the one that introduced the canonical fingerprint.
+    /// New records always store [`IdempotencyKey::fingerprint`].
+    pub legacy_fingerprint: Option<[u8; 32]>,
     /// Passed back to the [`Renderer`].
     pub route: u16,
 }

@@ -47,6 +47,9 @@ pub(crate) struct Inner {
     /// never deleted), so a permission check needs no trip to the shard's thread after the first
     /// one: on the hot paths that trip was a second cross-thread round trip per request.
     pub(crate) wallet_scopes: dashmap::DashMap<WalletId, WalletScope>,
+    /// Cross-shard moves recovery could not finish and left reserved (see
+    /// [`crate::runtime::recovery::QuarantinedMove`]).
+    pub(crate) quarantined: Mutex<Vec<crate::runtime::recovery::QuarantinedMove>>,
 }
 
 /// Most wallet scopes remembered; past it the cache starts over (a full cache costs ~64 MiB).
@@ -108,6 +111,19 @@ impl Drop for ClaimGuard {
 pub(crate) struct SnapshotState {
     pub(crate) last_lsn: u64,
     pub(crate) running: bool,
+    /// Periodic attempts that failed in a row (0 after a success).
+    pub(crate) failures: u32,
+    /// No periodic attempt starts before this (engine clock, unix ms) after a failure.
+    pub(crate) retry_at_ms: i64,
+}
+
+/// One command counted on a shard's queue-depth gauge (see [`Engine::queued_on`]).
+pub(crate) struct QueuedCommand<'a>(&'a std::sync::atomic::AtomicU64);
+
+impl Drop for QueuedCommand<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+    }
 }
 
 /// The engine handle: cheap to clone, all clones share the same shards and log.
@@ -245,10 +261,11 @@ impl Engine {
         key: IdempotencyKey,
     ) -> Result<Reply, EngineError> {
         let table = &self.inner.idempotency;
-        match table.begin(
+        match table.begin_matching(
             &key.caller,
             &key.key,
             key.fingerprint,
+            key.legacy_fingerprint,
             self.inner.wal.durable_lsn(),
         ) {
             Begin::Replay(response) => {
@@ -420,6 +437,14 @@ impl Engine {
         Ok(held)
     }
 
+    /// Counts a command on `shard`'s queue-depth gauge until the guard drops: from before it is
+    /// sent until its answer is durable, or until the waiting future is dropped.
+    pub(crate) fn queued_on(&self, shard: u32) -> Option<QueuedCommand<'_>> {
+        let gauge = self.inner.in_flight.get(shard as usize)?;
+        gauge.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Some(QueuedCommand(gauge))
+    }
+
     pub(crate) fn addr(&self, shard: u32) -> Result<&Addr<ShardActor>, EngineError> {
         self.inner
             .shards
@@ -438,6 +463,7 @@ impl Engine {
             context: self.inner.clock.context(),
             claim,
         };
+        let _queued = self.queued_on(shard);
         let executed = self
             .addr(shard)?
             .send(message)
@@ -460,6 +486,7 @@ impl Engine {
                 command,
                 context: engine.inner.clock.context(),
             };
+            let _queued = engine.queued_on(0);
             engine
                 .addr(0)?
                 .send(message)
@@ -626,6 +653,17 @@ impl Engine {
             .await
             .map_err(|e| e.to_string())?;
         crate::shard::commerce::invariants::check_cross_shard_pairs(&legs)
+    }
+
+    /// Cross-shard moves recovery could not finish at open and left reserved, for an operator:
+    /// their money stays in transit, every invariant holds, and the next start tries them again.
+    #[must_use]
+    pub fn quarantined_moves(&self) -> Vec<crate::runtime::recovery::QuarantinedMove> {
+        self.inner
+            .quarantined
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
     }
 
     /// Cross-shard moves still between their first and last step (transfers and payment

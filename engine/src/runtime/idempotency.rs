@@ -71,6 +71,21 @@ impl IdempotencyTable {
     /// Claims `key` for `caller`'s request with `fingerprint`, or says why not. `durable_lsn` is
     /// the log's durable watermark: an answer above it is not shown yet.
     pub fn begin(&self, caller: &str, key: &str, fingerprint: [u8; 32], durable_lsn: u64) -> Begin {
+        self.begin_matching(caller, key, fingerprint, None, durable_lsn)
+    }
+
+    /// [`IdempotencyTable::begin`], where a stored key also matches `legacy` (the fingerprint
+    /// the previous release computed for the same request, see
+    /// [`super::IdempotencyKey::legacy_fingerprint`]).
+    pub fn begin_matching(
+        &self,
+        caller: &str,
+        key: &str,
+        fingerprint: [u8; 32],
+        legacy: Option<[u8; 32]>,
+        durable_lsn: u64,
+    ) -> Begin {
+        let same = |stored: &[u8; 32]| *stored == fingerprint || legacy.as_ref() == Some(stored);
         match self.slots.entry((caller.to_owned(), key.to_owned())) {
             Entry::Vacant(vacant) => {
                 vacant.insert(Slot::InFlight { fingerprint });
@@ -82,10 +97,10 @@ impl IdempotencyTable {
                     response,
                     lsn,
                     ..
-                } if *f == fingerprint && *lsn <= durable_lsn => Begin::Replay(response.clone()),
-                Slot::Done { fingerprint: f, .. } if *f == fingerprint => Begin::InFlight,
+                } if same(f) && *lsn <= durable_lsn => Begin::Replay(response.clone()),
+                Slot::Done { fingerprint: f, .. } if same(f) => Begin::InFlight,
                 Slot::InFlight { fingerprint: f } | Slot::Pending { fingerprint: f, .. }
-                    if *f == fingerprint =>
+                    if same(f) =>
                 {
                     Begin::InFlight
                 }

@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 use super::journal::IdempotencyRecord;
 use crate::identity::directory::Directory;
 use crate::shard::state::Shard;
-use crate::values::error::DecodeError;
+use crate::values::error::{encode_versioned, DecodeError, EncodeError};
 
 /// Version byte at the start of an image.
 pub const IMAGE_FORMAT_VERSION: u8 = 1;
@@ -41,25 +41,26 @@ pub struct Decoded {
     pub idempotency: Vec<IdempotencyRecord>,
 }
 
-/// Encodes captured shards and keys.
-#[must_use]
+/// Encodes captured shards and keys, or says which part could not be encoded (the snapshot then
+/// fails before it is kept).
 pub fn encode(
     captures: &[(u64, Shard)],
     directory: &Directory,
     keys: &[IdempotencyRecord],
-) -> Vec<u8> {
+) -> Result<Vec<u8>, EncodeError> {
+    let mut shards = Vec::with_capacity(captures.len());
+    for (covered_lsn, shard) in captures {
+        shards.push(ShardImage {
+            covered_lsn: *covered_lsn,
+            state: shard.snapshot_bytes()?,
+        });
+    }
     let image = Image {
-        shards: captures
-            .iter()
-            .map(|(covered_lsn, shard)| ShardImage {
-                covered_lsn: *covered_lsn,
-                state: shard.snapshot_bytes(),
-            })
-            .collect(),
-        directory: directory.to_bytes(),
+        shards,
+        directory: directory.to_bytes()?,
         idempotency: keys.to_vec(),
     };
-    postcard::to_extend(&image, vec![IMAGE_FORMAT_VERSION]).unwrap_or_default()
+    encode_versioned(&image, &[IMAGE_FORMAT_VERSION], "snapshot image")
 }
 
 /// Decodes an image. Never panics, whatever the bytes.

@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::identity::directory::DirectoryEvent;
 use crate::shard::event::Event;
-use crate::values::error::DecodeError;
+use crate::values::error::{encode_versioned, DecodeError, EncodeError};
 
 /// Newest version byte at the start of a journal entry. An entry is written with the lowest
 /// version that can hold its events (the newest of their [`Event::format_version`]s), so a
@@ -57,10 +57,10 @@ pub struct JournalEntry {
 }
 
 impl JournalEntry {
-    /// Encodes the entry as one WAL record.
-    #[must_use]
-    pub fn encode(&self) -> Vec<u8> {
-        postcard::to_extend(self, vec![self.format_version()]).unwrap_or_default()
+    /// Encodes the entry as one WAL record, or says why it could not (a bug): the caller fails
+    /// the command instead of appending an empty record that replay would refuse.
+    pub fn encode(&self) -> Result<Vec<u8>, EncodeError> {
+        encode_versioned(self, &[self.format_version()], "journal entry")
     }
 
     /// The version this entry is written with: 1 unless an event needs a newer format.

@@ -38,15 +38,18 @@ pub mod clock;
 pub mod config;
 mod cross_shard;
 mod engine;
+pub mod fingerprint;
 pub mod history;
 pub mod idempotency;
 pub mod image;
 pub mod journal;
 pub mod recovery;
 mod routing;
-mod snapshot;
+pub(crate) mod snapshot;
 
 pub use self::config::{EngineConfig, EngineError, IdempotencyKey, Renderer, Reply, WalFileSystem};
 pub use self::engine::{Engine, WalletScope};
-pub use self::recovery::{recorded_shard_count, OpenError, RecoveryReport, SHARDS_FILE};
+pub use self::recovery::{
+    recorded_shard_count, OpenError, QuarantinedMove, RecoveryReport, SHARDS_FILE,
+};
 pub use crate::values::ids::owner_shard;

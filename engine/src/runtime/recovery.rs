@@ -8,7 +8,12 @@
 //! 3. Refuse a snapshot that covers more than the log holds (a log restored from an older copy).
 //! 4. Start the shard actors, then finish every cross-shard transfer found reserved but not
 //!    settled (credit, then finalize; release if the target refuses), recording the pending
-//!    idempotency answer of each (invariant 4).
+//!    idempotency answer of each (invariant 4). A move that cannot be finished (a step the rules
+//!    refuse, as in a log written before such states were prevented) is *quarantined*: logged
+//!    at error with its uuid and reason, listed in [`RecoveryReport::quarantined`] and
+//!    [`Engine::quarantined_moves`] (health, metrics and `walletd replay` show them), and left
+//!    reserved, its money in transit, so every invariant still holds and the engine starts. The
+//!    next start tries it again. Only a failed engine (log or shard) still refuses to open.
 //!
 //! Restart cost grows with the log written since the snapshot, not with history (invariant 7).
 
@@ -59,7 +64,55 @@ pub struct RecoveryReport {
     pub payment_moves_completed: usize,
     /// A torn tail that was cut: segment, offset, reason.
     pub torn_tail: Option<String>,
+    /// Cross-shard moves that could not be finished and were left reserved (see the module docs).
+    pub quarantined: Vec<QuarantinedMove>,
     pub elapsed: Duration,
+}
+
+/// A cross-shard move recovery could not finish: still reserved, its money in transit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QuarantinedMove {
+    /// `transfer`, or `payment charge` / `payment refund` for a payment's reservation.
+    pub kind: &'static str,
+    /// The transfer's or the payment reservation's uuid.
+    pub uuid: crate::values::ids::Uuid,
+    /// The payment, for a payment step.
+    pub payment_uuid: Option<crate::values::ids::Uuid>,
+    /// Why finishing it failed.
+    pub reason: String,
+}
+
+impl std::fmt::Display for QuarantinedMove {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {}", self.kind, self.uuid)?;
+        if let Some(payment) = &self.payment_uuid {
+            write!(f, " (payment {payment})")?;
+        }
+        write!(f, ": {}", self.reason)
+    }
+}
+
+/// Finishing a move failed: quarantine it, unless the engine itself failed (then memory and log
+/// may disagree, and opening must fail).
+fn quarantine(
+    engine: &Engine,
+    quarantined: &mut Vec<QuarantinedMove>,
+    mut found: QuarantinedMove,
+    error: EngineError,
+) -> Result<(), OpenError> {
+    if engine.failure().is_some() {
+        return Err(OpenError::Complete(error));
+    }
+    found.reason = error.to_string();
+    tracing::error!(
+        kind = found.kind,
+        uuid = %found.uuid,
+        payment = ?found.payment_uuid.map(|u| u.to_string()),
+        reason = %found.reason,
+        "QUARANTINED a cross-shard move recovery cannot finish: it stays reserved with its money in transit; an operator must look at it (the next start tries it again)"
+    );
+    quarantined.push(found);
+    Ok(())
 }
 
 /// Why an engine could not open. Each says what to look at.
@@ -320,25 +373,62 @@ pub(crate) fn open(
         renderer,
         (history_handle, store, indexer),
     )?;
+    let mut quarantined = Vec::new();
     for transfer in &pending {
         let record = table.pending_for_transfer(transfer.uuid);
         let credit = TransferCredit::for_transfer(transfer);
-        block_on(engine.complete_transfer(
+        let finished = block_on(engine.complete_transfer(
             transfer.uuid,
             transfer.target_wallet_id,
             credit,
             record,
-        ))
-        .map_err(OpenError::Complete)?;
-        tracing::info!(transfer = %transfer.uuid, "finished a cross-shard transfer interrupted by a crash");
+        ));
+        match finished {
+            Ok(_) => {
+                tracing::info!(transfer = %transfer.uuid, "finished a cross-shard transfer interrupted by a crash");
+            }
+            Err(error) => {
+                let found = QuarantinedMove {
+                    kind: "transfer",
+                    uuid: transfer.uuid,
+                    payment_uuid: None,
+                    reason: String::new(),
+                };
+                quarantine(&engine, &mut quarantined, found, error)?;
+            }
+        }
     }
     for reservation in pending_payments.iter().cloned() {
         let uuid = reservation.uuid;
         let payment = reservation.payment_uuid;
+        let kind = match reservation.kind {
+            crate::commerce::payment::PaymentMoveKind::Charge => "payment charge",
+            crate::commerce::payment::PaymentMoveKind::Refund => "payment refund",
+        };
         let record = table.pending_for_transfer(uuid);
-        block_on(engine.complete_payment_move(reservation, record)).map_err(OpenError::Complete)?;
-        tracing::info!(reservation = %uuid, payment = %payment, "finished a cross-shard payment step interrupted by a crash");
+        match block_on(engine.complete_payment_move(reservation, record)) {
+            Ok(_) => {
+                tracing::info!(reservation = %uuid, payment = %payment, "finished a cross-shard payment step interrupted by a crash");
+            }
+            Err(error) => {
+                let found = QuarantinedMove {
+                    kind,
+                    uuid,
+                    payment_uuid: Some(payment),
+                    reason: String::new(),
+                };
+                quarantine(&engine, &mut quarantined, found, error)?;
+            }
+        }
     }
+    let transfers_quarantined = quarantined.iter().filter(|m| m.kind == "transfer").count();
+    let payments_quarantined = quarantined.len() - transfers_quarantined;
+    engine
+        .inner
+        .quarantined
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .clone_from(&quarantined);
     // A crash between registering a customer and opening their wallet leaves the customer
     // without one: open it now (a no-op for everyone else).
     for customer_id in without_wallet {
@@ -355,11 +445,12 @@ pub(crate) fn open(
         events_replayed,
         last_lsn: engine.inner.wal.last_lsn(),
         wallets,
-        transfers_completed: pending.len(),
-        payment_moves_completed: pending_payments.len(),
+        transfers_completed: pending.len() - transfers_quarantined,
+        payment_moves_completed: pending_payments.len() - payments_quarantined,
         torn_tail: recovered.torn_tail.map(|(path, offset, reason)| {
             format!("{} at offset {offset}: {reason}", path.display())
         }),
+        quarantined,
         elapsed: started.elapsed(),
     };
     Ok((engine, report))
@@ -591,9 +682,12 @@ fn start(
             store,
             indexer: Mutex::new(Some(indexer)),
             wallet_scopes: dashmap::DashMap::new(),
+            quarantined: Mutex::new(Vec::new()),
             snapshot_state: Mutex::new(SnapshotState {
                 last_lsn,
                 running: false,
+                failures: 0,
+                retry_at_ms: i64::MIN,
             }),
         }),
     })

@@ -1,11 +1,44 @@
 //! Snapshots at run time: taken every `snapshot_every_records` records (or on demand) without
 //! stopping traffic; each shard's image is built on its own thread, the directory's on the lead's.
+//!
+//! A periodic snapshot that fails (a full disk, an encoding bug) is not retried by the next
+//! request: the next periodic attempt waits [`SNAPSHOT_BACKOFF_BASE_MS`], doubling with each
+//! failure in a row up to [`SNAPSHOT_BACKOFF_MAX_MS`], and each failure is logged with the wait.
+//! A success resets it. An on-demand snapshot ([`Engine::snapshot`]) always runs at once.
 
 use crate::runtime::config::{unavailable, EngineError};
 use crate::runtime::engine::Engine;
 use crate::runtime::recovery;
 use crate::runtime::{idempotency, image};
 use crate::shard::state::Shard;
+
+/// The wait after the first failed periodic snapshot.
+pub(crate) const SNAPSHOT_BACKOFF_BASE_MS: i64 = 1_000;
+/// The longest wait between failed periodic snapshots.
+pub(crate) const SNAPSHOT_BACKOFF_MAX_MS: i64 = 5 * 60 * 1_000;
+
+/// How long to wait after `failures` failed periodic snapshots in a row (at least 1).
+#[must_use]
+pub(crate) fn snapshot_backoff_ms(failures: u32) -> i64 {
+    let doublings = failures.saturating_sub(1).min(30);
+    SNAPSHOT_BACKOFF_BASE_MS
+        .saturating_mul(1i64 << doublings)
+        .min(SNAPSHOT_BACKOFF_MAX_MS)
+}
+
+/// Whether a periodic snapshot is due: none running, enough records since the last one, and
+/// any backoff after a failure passed.
+pub(crate) fn periodic_snapshot_due(
+    state: &crate::runtime::engine::SnapshotState,
+    last_lsn: u64,
+    every: u64,
+    now_ms: i64,
+) -> bool {
+    every != 0
+        && !state.running
+        && last_lsn >= state.last_lsn.saturating_add(every)
+        && now_ms >= state.retry_at_ms
+}
 
 impl Engine {
     /// Takes a snapshot now: captures every shard (each pauses only to clone its state), then
@@ -45,8 +78,18 @@ impl Engine {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         state.running = false;
-        if let Ok(lsn) = &result {
-            state.last_lsn = *lsn;
+        match &result {
+            Ok(lsn) => {
+                state.last_lsn = *lsn;
+                state.failures = 0;
+                state.retry_at_ms = i64::MIN;
+            }
+            Err(error) => {
+                state.failures = state.failures.saturating_add(1);
+                let wait_ms = snapshot_backoff_ms(state.failures);
+                state.retry_at_ms = self.inner.clock.now_ms().saturating_add(wait_ms);
+                tracing::error!(%error, failures_in_a_row = state.failures, retry_in_ms = wait_ms, "a snapshot failed; the next periodic attempt waits");
+            }
         }
         result
     }
@@ -71,7 +114,7 @@ impl Engine {
                         .map_err(unavailable)?;
                     let captures: Vec<(u64, Shard)> = state.shards.into_iter().map(|shard| (target, shard)).collect();
                     let keys = state.table.durable_records(cutoff, target);
-                    let payload = image::encode(&captures, &state.directory, &keys);
+                    let payload = image::encode(&captures, &state.directory, &keys).map_err(unavailable)?;
                     let path = wal.checkpoint(target, &payload).map_err(unavailable)?;
                     tracing::info!(snapshot = %path.display(), covered_lsn = target, bytes = payload.len(), took_ms = started.elapsed().as_millis() as u64, "snapshot written");
                     Ok(path)
@@ -95,7 +138,7 @@ impl Engine {
                 .snapshot_state
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
-            if state.running || last < state.last_lsn + every {
+            if !periodic_snapshot_due(&state, last, every, self.inner.clock.now_ms()) {
                 return;
             }
         }
@@ -113,9 +156,8 @@ impl Engine {
         };
         let engine = self.clone();
         arbiter.spawn(async move {
-            if let Err(error) = engine.snapshot_claimed().await {
-                tracing::warn!(%error, "periodic snapshot failed");
-            }
+            // A failure is logged, with its backoff, by `snapshot_claimed`.
+            let _ = engine.snapshot_claimed().await;
         });
     }
 }

@@ -47,7 +47,7 @@ use crate::ledger::transaction::Hash;
 use crate::ledger::transfer::{IncomingTransfer, OutgoingTransfer};
 use crate::ledger::wallet::Wallet;
 use crate::shard::state::{Indexes, OwnerKey, Shard};
-use crate::values::error::DecodeError;
+use crate::values::error::{encode_versioned, DecodeError, EncodeError};
 use crate::values::ids::{IdSpace, Uuid};
 
 /// First byte of every snapshot.
@@ -249,11 +249,14 @@ impl Shard {
         }
     }
 
-    /// The whole state as bytes (format in the module docs). Empty only if serialisation failed,
-    /// which postcard's growable vector never does; `from_snapshot_bytes` refuses empty input.
-    #[must_use]
-    pub fn snapshot_bytes(&self) -> Vec<u8> {
-        postcard::to_extend(&self.snapshot_ref(), vec![SNAPSHOT_FORMAT_VERSION]).unwrap_or_default()
+    /// The whole state as bytes (format in the module docs), or why it could not be encoded (a
+    /// bug): a snapshot that cannot be encoded fails before anything is kept.
+    pub fn snapshot_bytes(&self) -> Result<Vec<u8>, EncodeError> {
+        encode_versioned(
+            &self.snapshot_ref(),
+            &[SNAPSHOT_FORMAT_VERSION],
+            "shard snapshot",
+        )
     }
 
     /// This state as a version 3 snapshot (the whole history in memory), for tests of reading

@@ -368,7 +368,7 @@ proptest! {
         for event in &events {
             prop_assert_eq!(event.validate(), Ok(()));
         }
-        let bytes = encode(&events);
+        let bytes = encode(&events).unwrap();
         prop_assert_eq!(bytes.first(), Some(&EVENT_FORMAT_VERSION));
         prop_assert_eq!(decode(&bytes), Ok(events.clone()));
         // Human-readable form round-trips too.
@@ -387,7 +387,7 @@ proptest! {
 
     #[test]
     fn decode_never_panics_on_mutated_records(events in proptest::collection::vec(event(), 1..4), flips in proptest::collection::vec((any::<usize>(), any::<u8>()), 1..8), cut in any::<usize>()) {
-        let mut bytes = encode(&events);
+        let mut bytes = encode(&events).unwrap();
         for (at, value) in flips {
             let len = bytes.len();
             bytes[at % len] ^= value;
@@ -400,7 +400,7 @@ proptest! {
     #[test]
     fn snapshot_loading_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..512), flips in proptest::collection::vec((any::<usize>(), any::<u8>()), 1..6)) {
         let _ = Shard::from_snapshot_bytes(&bytes);
-        let mut snapshot = sample_shard().snapshot_bytes();
+        let mut snapshot = sample_shard().snapshot_bytes().unwrap();
         let len = snapshot.len();
         for (at, value) in flips {
             snapshot[at % len] ^= value;
@@ -429,7 +429,7 @@ fn decode_refuses_bad_framing() {
         wallet_id: WalletId(1),
         at_ms: 5,
     }];
-    let bytes = encode(&events);
+    let bytes = encode(&events).unwrap();
     assert_eq!(decode(&[]), Err(DecodeError::Empty));
     assert_eq!(decode(&[9, 0]), Err(DecodeError::UnsupportedVersion(9)));
     let mut trailing = bytes.clone();
@@ -449,7 +449,7 @@ fn decode_refuses_bad_framing() {
         at_ms: 0,
     }];
     assert!(matches!(
-        decode(&encode(&bad)),
+        decode(&encode(&bad).unwrap()),
         Err(DecodeError::Invalid(_))
     ));
 }
@@ -461,7 +461,8 @@ fn non_canonical_decimal_bytes_are_refused() {
         transaction_id: TransactionId(2),
         refunded_amount: dec("1.00"),
         at_ms: 0,
-    }]);
+    }])
+    .unwrap();
     // Layout: version, count, variant, wallet id, tx id, then the decimal's 4 flag bytes: set an unused bit.
     let flags_at = 5;
     bytes[flags_at] |= 0x01;

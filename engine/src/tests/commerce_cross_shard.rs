@@ -393,8 +393,8 @@ fn recovery_completes_pending_reservations_after_a_restart() {
     let first = t.a.shard.pending_payment_reservations()[0].clone();
     credit(&mut t.b, &first).unwrap();
     // Restart both shards from snapshots; recovery re-sends every credit, then finalizes.
-    t.a.shard = Shard::from_snapshot_bytes(&t.a.shard.snapshot_bytes()).unwrap();
-    t.b.shard = Shard::from_snapshot_bytes(&t.b.shard.snapshot_bytes()).unwrap();
+    t.a.shard = Shard::from_snapshot_bytes(&t.a.shard.snapshot_bytes().unwrap()).unwrap();
+    t.b.shard = Shard::from_snapshot_bytes(&t.b.shard.snapshot_bytes().unwrap()).unwrap();
     let pending = t.a.shard.pending_payment_reservations();
     assert_eq!(pending.len(), 3);
     for reservation in pending {

@@ -433,16 +433,16 @@ proptest! {
         }
         let digest = run.h.shard.state_digest();
         let log = &run.h.log;
-        let decoded = crate::decode(&crate::encode(log)).unwrap();
+        let decoded = crate::decode(&crate::encode(log).unwrap()).unwrap();
         let replayed = replay(&decoded);
         prop_assert_eq!(replayed.state_digest(), digest);
         replayed.check_invariants().unwrap();
         let cut = split.index(log.len() + 1);
         let prefix = replay(&log[..cut]);
-        let bytes = prefix.snapshot_bytes();
+        let bytes = prefix.snapshot_bytes().unwrap();
         let mut restored = Shard::from_snapshot_bytes(&bytes).unwrap();
         prop_assert_eq!(restored.state_digest(), prefix.state_digest());
-        prop_assert_eq!(restored.snapshot_bytes(), bytes);
+        prop_assert_eq!(restored.snapshot_bytes().unwrap(), bytes);
         restored.apply_all(&log[cut..]).unwrap();
         prop_assert_eq!(restored.state_digest(), digest);
         restored.check_invariants().unwrap();
@@ -526,7 +526,7 @@ fn scripted_commerce_run_replays_with_a_snapshot_midway() {
     let log = run.h.log.clone();
     for cut in [0, log.len() / 3, log.len() / 2, log.len()] {
         let mut restored =
-            Shard::from_snapshot_bytes(&replay(&log[..cut]).snapshot_bytes()).unwrap();
+            Shard::from_snapshot_bytes(&replay(&log[..cut]).snapshot_bytes().unwrap()).unwrap();
         restored.apply_all(&log[cut..]).unwrap();
         assert_eq!(restored.state_digest(), run.h.shard.state_digest());
     }
@@ -572,17 +572,17 @@ fn version_1_records_still_decode_and_may_not_carry_commerce_events() {
         .cloned()
         .partition(|event| event.format_version() == 1);
     assert!(!old.is_empty() && !new.is_empty());
-    let mut as_v1 = crate::encode(&old);
+    let mut as_v1 = crate::encode(&old).unwrap();
     assert_eq!(as_v1[0], EVENT_FORMAT_VERSION);
     as_v1[0] = EVENT_FORMAT_VERSION_MIN;
     assert_eq!(crate::decode(&as_v1).unwrap(), old);
-    let mut commerce_as_v1 = crate::encode(&new);
+    let mut commerce_as_v1 = crate::encode(&new).unwrap();
     commerce_as_v1[0] = EVENT_FORMAT_VERSION_MIN;
     assert!(matches!(
         crate::decode(&commerce_as_v1),
         Err(crate::DecodeError::Invalid(_))
     ));
-    let mut future = crate::encode(&new);
+    let mut future = crate::encode(&new).unwrap();
     future[0] = EVENT_FORMAT_VERSION + 1;
     assert_eq!(
         crate::decode(&future),

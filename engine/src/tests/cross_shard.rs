@@ -265,7 +265,7 @@ fn recovery_completes_reserved_transfers_after_restart() {
         &first,
     )));
     // Restart the source shard from its snapshot; recovery re-sends every credit, then finalizes.
-    a.shard = Shard::from_snapshot_bytes(&a.shard.snapshot_bytes()).unwrap();
+    a.shard = Shard::from_snapshot_bytes(&a.shard.snapshot_bytes().unwrap()).unwrap();
     let pending = a.shard.pending_outgoing_transfers();
     assert_eq!(pending.len(), 3);
     for transfer in pending {

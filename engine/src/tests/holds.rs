@@ -292,7 +292,7 @@ fn expiry_survives_a_restart_from_snapshot() {
     let wallet = h.create(1, "USD");
     h.deposit(wallet, "10");
     hold_of(h.ok(place(wallet, "10", Some(1))));
-    let restored = crate::Shard::from_snapshot_bytes(&h.shard.snapshot_bytes()).unwrap();
+    let restored = crate::Shard::from_snapshot_bytes(&h.shard.snapshot_bytes().unwrap()).unwrap();
     let events = restored.expire_holds(h.now_ms + 60_000);
     assert_eq!(
         events.len(),

@@ -21,7 +21,7 @@ fn entries_carry_the_lowest_version_that_holds_their_events() {
     let payer = h.create(1, "YER");
     h.deposit(payer, "50.00");
     let plain = entry(&h);
-    let bytes = plain.encode();
+    let bytes = plain.encode().unwrap();
     assert_eq!(
         bytes[0], 1,
         "wallet and deposit events need no more than version 1"
@@ -34,7 +34,7 @@ fn entries_carry_the_lowest_version_that_holds_their_events() {
         payment_uuid: payment.uuid,
     });
     let commerce = entry(&h);
-    let bytes = commerce.encode();
+    let bytes = commerce.encode().unwrap();
     assert_eq!(bytes[0], 2, "commerce events need version 2");
     assert_eq!(JournalEntry::decode(&bytes).unwrap(), commerce);
 
@@ -50,13 +50,13 @@ fn entries_carry_the_lowest_version_that_holds_their_events() {
         directory: Vec::new(),
         idempotency: None,
     };
-    let bytes = refused.encode();
+    let bytes = refused.encode().unwrap();
     assert_eq!(bytes[0], JOURNAL_FORMAT_VERSION);
     assert_eq!(JournalEntry::decode(&bytes).unwrap(), refused);
     let mut older = bytes.clone();
     older[0] = 2;
     assert!(JournalEntry::decode(&older).is_err());
-    let bytes = commerce.encode();
+    let bytes = commerce.encode().unwrap();
     assert_eq!(JournalEntry::decode(&bytes).unwrap(), commerce);
 
     // Labelled version 1, it would claim to hold only what version 1 knew: refused.

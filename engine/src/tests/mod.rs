@@ -14,6 +14,7 @@ mod commerce_reports;
 mod commerce_settlements;
 mod commerce_support;
 mod cross_shard;
+mod fingerprint;
 mod holds;
 mod journal;
 mod memory;
@@ -21,6 +22,7 @@ mod model;
 mod money_ops;
 mod refunds_reversals;
 mod replay;
+mod runtime_hardening;
 mod wallets;
 
 use rust_decimal::Decimal;
@@ -76,7 +78,10 @@ impl Harness {
             Ok((events, outcome)) => {
                 self.shard.check_invariants().unwrap();
                 // The batch survives the codec unchanged.
-                assert_eq!(crate::decode(&crate::encode(&events)).unwrap(), events);
+                assert_eq!(
+                    crate::decode(&crate::encode(&events).unwrap()).unwrap(),
+                    events
+                );
                 self.log.extend(events);
                 Ok(outcome)
             }

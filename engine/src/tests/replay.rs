@@ -22,19 +22,19 @@ proptest! {
         let digest = h.shard.state_digest();
 
         // Through the codec, as the WAL would carry it.
-        let decoded = decode(&encode(&h.log)).unwrap();
+        let decoded = decode(&encode(&h.log).unwrap()).unwrap();
         let replayed = replay(&decoded);
         prop_assert_eq!(replayed.state_digest(), digest);
-        prop_assert_eq!(replayed.snapshot_bytes(), h.shard.snapshot_bytes());
+        prop_assert_eq!(replayed.snapshot_bytes().unwrap(), h.shard.snapshot_bytes().unwrap());
         replayed.check_invariants().unwrap();
 
         // Snapshot after a prefix, then the rest.
         let cut = split.index(h.log.len() + 1);
         let prefix = replay(&h.log[..cut]);
-        let bytes = prefix.snapshot_bytes();
+        let bytes = prefix.snapshot_bytes().unwrap();
         let mut restored = Shard::from_snapshot_bytes(&bytes).unwrap();
         prop_assert_eq!(restored.state_digest(), prefix.state_digest());
-        prop_assert_eq!(restored.snapshot_bytes(), bytes);
+        prop_assert_eq!(restored.snapshot_bytes().unwrap(), bytes);
         restored.apply_all(&h.log[cut..]).unwrap();
         prop_assert_eq!(restored.state_digest(), digest);
         restored.check_invariants().unwrap();
@@ -87,7 +87,7 @@ fn snapshot_of_a_two_shard_layout_round_trips() {
     let wallet = h.create(1, "JPY");
     assert_eq!(wallet.0 % 3, 1);
     h.deposit(wallet, "500");
-    let restored = Shard::from_snapshot_bytes(&h.shard.snapshot_bytes()).unwrap();
+    let restored = Shard::from_snapshot_bytes(&h.shard.snapshot_bytes().unwrap()).unwrap();
     assert_eq!((restored.shard_index(), restored.shard_count()), (1, 3));
     assert_eq!(restored.state_digest(), h.shard.state_digest());
     restored.check_invariants().unwrap();

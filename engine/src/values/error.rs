@@ -6,6 +6,7 @@
 //! * [`ApplyError`]: an event does not fit the state it is applied to. `decide` never produces such an
 //!   event, so this means corruption or a bug; replay must stop loudly.
 //! * [`DecodeError`]: bytes of an event batch or snapshot are not a valid encoding.
+//! * [`EncodeError`]: a value could not be serialised (a bug); nothing may be written for it.
 //! * [`InvariantViolation`]: [`crate::Shard::check_invariants`] found the state inconsistent.
 
 use rust_decimal::Decimal;
@@ -191,6 +192,54 @@ pub enum DecodeError {
     TrailingBytes(usize),
     #[error("decoded value is invalid: {0}")]
     Invalid(&'static str),
+}
+
+/// A value could not be serialised. Encoding into a growable vector fails only on a bug (a type
+/// whose serialisation reports an error); the caller must fail the command or the snapshot before
+/// anything is appended or kept, never write empty bytes in its place.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("encoding {what} failed: {reason}")]
+pub struct EncodeError {
+    /// What was being encoded (`journal entry`, `shard snapshot`, ...).
+    pub what: &'static str,
+    pub reason: String,
+}
+
+/// Encodes `value` with postcard after `prefix` (a format version byte, or nothing for a value
+/// nested in a versioned one), or says why it could not.
+///
+/// Test builds add one fault: bytes that contain [`encode_fault_marker`]`(what)` (a string a
+/// test puts in a description or a name) fail as a serialiser error would, because no value of
+/// these types fails to encode naturally. Release builds have no such check.
+pub(crate) fn encode_versioned<T: serde::Serialize + ?Sized>(
+    value: &T,
+    prefix: &[u8],
+    what: &'static str,
+) -> Result<Vec<u8>, EncodeError> {
+    let bytes = postcard::to_extend(value, prefix.to_vec()).map_err(|error| EncodeError {
+        what,
+        reason: error.to_string(),
+    })?;
+    #[cfg(test)]
+    {
+        let marker = encode_fault_marker(what);
+        if bytes
+            .windows(marker.len())
+            .any(|window| window == marker.as_bytes())
+        {
+            return Err(EncodeError {
+                what,
+                reason: "injected encoder failure (test builds only)".into(),
+            });
+        }
+    }
+    Ok(bytes)
+}
+
+/// The text that makes [`encode_versioned`] fail for `what` in test builds.
+#[cfg(test)]
+pub(crate) fn encode_fault_marker(what: &str) -> String {
+    format!("encode-fault:{what}")
 }
 
 /// Why `Shard::execute` failed: refused (nothing changed), or an event it decided did not apply

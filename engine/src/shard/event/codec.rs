@@ -1,16 +1,14 @@
 //! The binary codec of an event batch (layout in the module docs of `super`).
 
 use crate::shard::event::types::{Event, EVENT_FORMAT_VERSION, EVENT_FORMAT_VERSION_MIN};
-use crate::values::error::DecodeError;
+use crate::values::error::{encode_versioned, DecodeError, EncodeError};
 
 /// Encodes one command's events as one record (layout in the module docs).
 ///
-/// Cannot fail in practice: every event type serialises infallibly into postcard's growable vector
-/// (no unknown-length sequences, no custom serialisation errors); should it ever fail, the output is
-/// empty, which [`decode`] refuses loudly rather than mis-reading.
-#[must_use]
-pub fn encode(events: &[Event]) -> Vec<u8> {
-    postcard::to_extend(events, vec![EVENT_FORMAT_VERSION]).unwrap_or_default()
+/// Every event type serialises infallibly into postcard's growable vector today; should that ever
+/// change, the error is returned so the caller fails the command instead of writing an empty record.
+pub fn encode(events: &[Event]) -> Result<Vec<u8>, EncodeError> {
+    encode_versioned(events, &[EVENT_FORMAT_VERSION], "event batch")
 }
 
 /// Decodes and validates a record written by [`encode`]. Never panics.
