@@ -148,6 +148,10 @@ pub struct ServeArgs {
     /// Take a snapshot after this many WAL records (0: never automatically).
     #[arg(long, env = "WALLETD_SNAPSHOT_EVERY", default_value_t = 1_000_000)]
     pub snapshot_every: u64,
+    /// How long an idempotency key's answer is kept after it was decided: a number with `s`, `m`,
+    /// `h` or `d` (e.g. `24h`, `90m`). A retry after it runs as a new request.
+    #[arg(long, env = "WALLETD_IDEMPOTENCY_RETENTION", default_value = "24h", value_parser = parse_retention)]
+    pub idempotency_retention: std::time::Duration,
     /// Connections one client address may hold open at once; beyond it new ones are answered
     /// 429 and closed (the global cap is 4096).
     #[arg(long, env = "WALLETD_CONNECTIONS_PER_ADDRESS", default_value_t = crate::app::CONNECTIONS_PER_ADDRESS_MAX)]
@@ -159,6 +163,33 @@ pub struct ServeArgs {
     /// (the handler itself runs to its end).
     #[arg(long, env = "WALLETD_HANDLER_TIMEOUT_MS", default_value_t = 30_000)]
     pub handler_timeout_ms: u64,
+}
+
+/// `24h`, `90m`, `3600s`, `7d`: at least a second, at most 400 days.
+fn parse_retention(text: &str) -> Result<std::time::Duration, String> {
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .ok_or_else(|| format!("`{text}` needs a unit: s, m, h or d (e.g. 24h)"))?;
+    let (number, unit) = text.split_at(split);
+    let number: u64 = number
+        .parse()
+        .map_err(|_| format!("`{text}` does not start with a whole number"))?;
+    let seconds_per = match unit {
+        "s" => 1,
+        "m" => 60,
+        "h" => 3_600,
+        "d" => 86_400,
+        _ => {
+            return Err(format!(
+                "unknown unit `{unit}` in `{text}`: use s, m, h or d"
+            ))
+        }
+    };
+    let seconds = number.saturating_mul(seconds_per);
+    if !(1..=400 * 86_400).contains(&seconds) {
+        return Err(format!("`{text}` is outside 1s..=400d"));
+    }
+    Ok(std::time::Duration::from_secs(seconds))
 }
 
 /// Runs the command line; returns the process exit code.
@@ -396,6 +427,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let fees = FeeSchedule::parse(&args.fee_schedule)
         .map_err(|reason| anyhow::anyhow!("WALLETD_FEE_SCHEDULE: {reason}"))?;
     let mut config = engine_config(&args.data, args.fsync, args.snapshot_every)?;
+    config.idempotency_retention = args.idempotency_retention;
     let fault = crate::fault::arm(&mut config)?;
     let (engine, report) = open_engine(config)?;
     tracing::info!(
@@ -672,6 +704,20 @@ fn snapshot(args: &DataArgs) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_retention_is_a_whole_number_and_a_unit() {
+        let secs = |text: &str| parse_retention(text).map(|d| d.as_secs());
+        assert_eq!(secs("24h"), Ok(86_400));
+        assert_eq!(secs("90m"), Ok(5_400));
+        assert_eq!(secs("1s"), Ok(1));
+        assert_eq!(secs("400d"), Ok(400 * 86_400));
+        for bad in [
+            "", "24", "h", "0s", "401d", "1.5h", "-1h", "24 h", "24hours",
+        ] {
+            assert!(parse_retention(bad).is_err(), "{bad:?}");
+        }
+    }
 
     #[test]
     fn a_kept_key_is_exactly_64_hex_characters() {

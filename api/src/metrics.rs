@@ -7,6 +7,8 @@
 //!   LSN; the mean batch is `walletd_wal_records_total / walletd_wal_fsyncs_total`
 //! - `walletd_shard_queue_depth{shard}`: commands queued at or running on each shard
 //! - `walletd_quarantined_moves`: cross-shard moves recovery could not finish (left reserved)
+//! - `walletd_idempotency_keys_in_memory`: keys in flight or answered but not yet filed in the
+//!   history store (flat under load; the answers themselves live in the store)
 //! - `walletd_webhook_events_total{provider,result}`: provider events by what they did
 //!   (`applied`, `not_applied`, `duplicate`, `refused`: bad signature, stale or invalid)
 
@@ -76,6 +78,7 @@ impl Metrics {
         durable_lsn: u64,
         queue_depths: &[u64],
         quarantined_moves: usize,
+        idempotency_keys_in_memory: usize,
     ) -> String {
         let mut out = String::new();
         out.push_str("# HELP walletd_http_requests_total HTTP requests by operation and status.\n");
@@ -166,6 +169,7 @@ impl Metrics {
             );
         }
         let _ = writeln!(out, "# HELP walletd_quarantined_moves Cross-shard moves recovery could not finish and left reserved (see GET /v1/health).\n# TYPE walletd_quarantined_moves gauge\nwalletd_quarantined_moves {quarantined_moves}");
+        let _ = writeln!(out, "# HELP walletd_idempotency_keys_in_memory Idempotency keys held in memory: in flight, or answered and not yet filed in the history store.\n# TYPE walletd_idempotency_keys_in_memory gauge\nwalletd_idempotency_keys_in_memory {idempotency_keys_in_memory}");
         let _ = writeln!(
             out,
             "# HELP walletd_webhook_events_total Provider events by result.\n# TYPE walletd_webhook_events_total counter"

@@ -76,6 +76,7 @@ pub fn metrics(app: &SharedApp) -> Handled {
         durable_lsn,
         &app.engine.queue_depths(),
         app.engine.quarantined_moves().len(),
+        app.engine.idempotency_keys_held(),
     );
     Ok((
         Rendered {

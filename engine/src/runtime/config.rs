@@ -30,8 +30,11 @@ pub struct EngineConfig {
     pub snapshot_every_records: u64,
     /// What the WAL writes through: the real file system, or a test's (to hold back fsyncs).
     pub file_system: WalFileSystem,
-    /// The history store (`data_dir/history.redb`) and its indexer.
+    /// The history store (`data_dir/history/`) and its indexer.
     pub history: HistoryConfig,
+    /// How long an idempotency key's answer is kept after it was decided; a retry after it runs
+    /// as a new request (`--idempotency-retention`).
+    pub idempotency_retention: Duration,
 }
 
 /// The file system under the WAL (see [`EngineConfig::file_system`]).
@@ -63,7 +66,16 @@ impl EngineConfig {
             snapshot_every_records: 1_000_000,
             file_system: WalFileSystem::default(),
             history: HistoryConfig::default(),
+            idempotency_retention: Duration::from_millis(
+                super::idempotency::RETENTION_MS.unsigned_abs(),
+            ),
         }
+    }
+
+    /// [`EngineConfig::idempotency_retention`] in milliseconds.
+    #[must_use]
+    pub fn idempotency_retention_ms(&self) -> i64 {
+        i64::try_from(self.idempotency_retention.as_millis()).unwrap_or(i64::MAX)
     }
 
     /// The WAL's directory.

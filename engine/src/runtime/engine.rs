@@ -12,7 +12,7 @@ use crate::runtime::actor::{
 use crate::runtime::clock::Clock;
 use crate::runtime::config::{unavailable, EngineConfig, EngineError, IdempotencyKey, Reply};
 use crate::runtime::history::{History, HistoryStore};
-use crate::runtime::idempotency::{Begin, IdempotencyTable};
+use crate::runtime::idempotency::{same_request, Begin, IdempotencyTable};
 use crate::runtime::journal::IdempotencyRecord;
 use crate::shard::command::{Command, CreateWallet, Outcome};
 use crate::shard::state::Shard;
@@ -261,12 +261,18 @@ impl Engine {
         key: IdempotencyKey,
     ) -> Result<Reply, EngineError> {
         let table = &self.inner.idempotency;
+        let cutoff_ms = self
+            .inner
+            .clock
+            .now_ms()
+            .saturating_sub(self.inner.config.idempotency_retention_ms());
         match table.begin_matching(
             &key.caller,
             &key.key,
             key.fingerprint,
             key.legacy_fingerprint,
             self.inner.wal.durable_lsn(),
+            cutoff_ms,
         ) {
             Begin::Replay(response) => {
                 return Ok(Reply {
@@ -277,6 +283,32 @@ impl Engine {
             Begin::Reused => return Err(EngineError::IdempotencyKeyReused),
             Begin::InFlight => return Err(EngineError::IdempotencyInFlight),
             Begin::Fresh => {}
+        }
+        // Not in memory, and now claimed there: an answer filed earlier is in the store (the
+        // indexer drops an answer from memory only after filing it, so it is in one of the two).
+        let filed = self
+            .inner
+            .history
+            .store()
+            .answer(&key.caller, &key.key)
+            .map_err(|error| {
+                table.abandon(&key.caller, &key.key);
+                unavailable(error)
+            })?;
+        if let Some(filed) = filed.filter(|filed| filed.at_ms >= cutoff_ms) {
+            table.abandon(&key.caller, &key.key);
+            return if same_request(
+                &filed.fingerprint,
+                &key.fingerprint,
+                key.legacy_fingerprint.as_ref(),
+            ) {
+                Ok(Reply {
+                    response: filed.response,
+                    replayed: true,
+                })
+            } else {
+                Err(EngineError::IdempotencyKeyReused)
+            };
         }
         // From here the key is claimed: the guard releases the claim on every path on which the
         // command left no record (a refusal before the log, a dropped message, a panic), and the
@@ -653,6 +685,14 @@ impl Engine {
             .await
             .map_err(|e| e.to_string())?;
         crate::shard::commerce::invariants::check_cross_shard_pairs(&legs)
+    }
+
+    /// Idempotency keys held in memory: claims in flight, answers not yet filed in the history
+    /// store, and the pending keys of unfinished cross-shard moves. Filed answers live in the
+    /// store, so this stays flat under load.
+    #[must_use]
+    pub fn idempotency_keys_held(&self) -> usize {
+        self.inner.idempotency.len()
     }
 
     /// Cross-shard moves recovery could not finish at open and left reserved, for an operator:

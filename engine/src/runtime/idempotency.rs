@@ -1,23 +1,41 @@
-//! The idempotency table: (caller, key) -> what was asked and what was answered.
+//! The idempotency table: (caller, key) -> what was asked and what was answered, for the keys
+//! that are hot. Answers live in the history store ([`super::history::HistoryStore::answer`]).
 //!
 //! Entries are born in two ways. A live request claims its key first ([`IdempotencyTable::begin`]):
 //! the slot is `InFlight` in memory only, so a concurrent retry is told so. The command then runs
 //! on its shard, which writes the key, fingerprint and rendered answer *in the same WAL record* as
 //! the command's events and, in the same step, stores the answer here tagged with that record's
 //! LSN. An answer whose LSN is above the log's durable LSN still counts as in flight, so nobody is
-//! shown it early, and snapshots take only durable answers. Replay rebuilds answers from the log,
-//! so they survive restarts. A crash before the record is durable leaves nothing: the command did
-//! not happen, and a retry runs it.
+//! shown it early. A crash before the record is durable leaves nothing: the command did not
+//! happen, and a retry runs it.
 //!
-//! Keys are kept at least [`RETENTION_MS`] (24 h) after their answer; snapshots drop older ones.
+//! # Hot keys only
+//!
+//! Once the record is durable the history indexer files the answer in the store and then drops it
+//! from this table ([`IdempotencyTable::forget_filed`]). A key not found here is looked up in the
+//! store ([`super::Engine::execute_idempotent`]) *after* it is claimed here, so an answer moving
+//! from memory to the store is always seen in one of the two. What stays in memory is what is in
+//! flight: claims, answers not yet filed, and the pending keys of unfinished cross-shard moves
+//! (those are hot state, so snapshots carry them; replay keeps nothing else, see
+//! [`IdempotencyTable::record_hot`]).
+//!
+//! Keys are kept for the retention window (`--idempotency-retention`, 24 h by default) after
+//! their answer; an older answer is treated as absent, so a retry after the window runs as new.
+//! The indexer purges expired answers from the store.
 
 use dashmap::mapref::entry::Entry;
 use dashmap::DashMap;
 
 use super::journal::IdempotencyRecord;
 
-/// How long an answered key is kept, at least.
+/// How long an answered key is kept by default (`--idempotency-retention`).
 pub const RETENTION_MS: i64 = 24 * 60 * 60 * 1000;
+
+/// True when a stored `fingerprint` matches a request's (or the previous release's digest of it).
+#[must_use]
+pub fn same_request(stored: &[u8; 32], fingerprint: &[u8; 32], legacy: Option<&[u8; 32]>) -> bool {
+    stored == fingerprint || legacy == Some(stored)
+}
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum Slot {
@@ -71,12 +89,13 @@ impl IdempotencyTable {
     /// Claims `key` for `caller`'s request with `fingerprint`, or says why not. `durable_lsn` is
     /// the log's durable watermark: an answer above it is not shown yet.
     pub fn begin(&self, caller: &str, key: &str, fingerprint: [u8; 32], durable_lsn: u64) -> Begin {
-        self.begin_matching(caller, key, fingerprint, None, durable_lsn)
+        self.begin_matching(caller, key, fingerprint, None, durable_lsn, i64::MIN)
     }
 
     /// [`IdempotencyTable::begin`], where a stored key also matches `legacy` (the fingerprint
     /// the previous release computed for the same request, see
-    /// [`super::IdempotencyKey::legacy_fingerprint`]).
+    /// [`super::IdempotencyKey::legacy_fingerprint`]). An answer decided before `cutoff_ms`
+    /// (the retention window's start) is expired: the key is claimed afresh.
     pub fn begin_matching(
         &self,
         caller: &str,
@@ -84,14 +103,19 @@ impl IdempotencyTable {
         fingerprint: [u8; 32],
         legacy: Option<[u8; 32]>,
         durable_lsn: u64,
+        cutoff_ms: i64,
     ) -> Begin {
-        let same = |stored: &[u8; 32]| *stored == fingerprint || legacy.as_ref() == Some(stored);
+        let same = |stored: &[u8; 32]| same_request(stored, &fingerprint, legacy.as_ref());
         match self.slots.entry((caller.to_owned(), key.to_owned())) {
             Entry::Vacant(vacant) => {
                 vacant.insert(Slot::InFlight { fingerprint });
                 Begin::Fresh
             }
-            Entry::Occupied(occupied) => match occupied.get() {
+            Entry::Occupied(mut occupied) => match occupied.get() {
+                Slot::Done { at_ms, lsn, .. } if *at_ms < cutoff_ms && *lsn <= durable_lsn => {
+                    occupied.insert(Slot::InFlight { fingerprint });
+                    Begin::Fresh
+                }
                 Slot::Done {
                     fingerprint: f,
                     response,
@@ -188,6 +212,27 @@ impl IdempotencyTable {
     pub fn purge_before(&self, cutoff_ms: i64) {
         self.slots
             .retain(|_, slot| !matches!(slot, Slot::Done { at_ms, .. } if *at_ms < cutoff_ms));
+    }
+
+    /// Replay's [`IdempotencyTable::record`], which keeps hot keys only: a pending key (its move
+    /// is unfinished) is kept, an answer ends it. Every answer replay sees is in the store once
+    /// recovery has filed the log, so memory need not hold it.
+    pub fn record_hot(&self, record: &IdempotencyRecord, lsn: u64) {
+        if record.response.is_some() {
+            self.slots
+                .remove(&(record.caller.clone(), record.key.clone()));
+        } else {
+            self.record(record, lsn);
+        }
+    }
+
+    /// Drops the answer logged at `lsn` under (`caller`, `key`) once the indexer has filed it in
+    /// the store; anything else held under the key (a newer claim or answer) stays.
+    pub fn forget_filed(&self, caller_and_key: &(String, String), lsn: u64) {
+        self.slots.remove_if(
+            caller_and_key,
+            |_, slot| matches!(slot, Slot::Done { lsn: filed, .. } if *filed == lsn),
+        );
     }
 
     /// The pending key of the cross-shard transfer `transfer_uuid`, if a request is waiting on it.

@@ -291,6 +291,19 @@ pub(crate) fn open(
             ),
         });
     }
+    // Answers an older snapshot carried, and (for a store written before answers were filed)
+    // those of the records replay saw, go into the store now: from here on every answer of the
+    // retention window is there, and memory holds hot keys only.
+    store
+        .file_answers(&state.snapshot_answers)
+        .and_then(|()| filer.answers_complete())
+        .map_err(|e| history_error(&store_path, &e))?;
+    let table = Arc::new(std::mem::take(&mut state.table));
+    filer.serve_answers(history::indexer::Answers {
+        table: table.clone(),
+        clock: clock.clone(),
+        retention_ms: config.idempotency_retention_ms(),
+    });
     wal.set_retention_floor(filer.checkpoint_lsn);
     let (progress_tx, progress_rx) = tokio::sync::watch::channel(history::Progress {
         indexed_lsn: filer.indexed_lsn,
@@ -312,9 +325,9 @@ pub(crate) fn open(
         shards,
         covered,
         directory,
-        table,
         events_replayed,
         snapshot,
+        ..
     } = state;
     let snapshot_lsn = snapshot
         .as_ref()
@@ -362,7 +375,6 @@ pub(crate) fn open(
                 })
         })
         .collect();
-    let table = Arc::new(table);
     let engine = start(
         config,
         shards,
@@ -465,7 +477,10 @@ pub(crate) struct Replayed {
     /// Per shard, the LSN its state covers.
     pub covered: Vec<u64>,
     pub directory: Directory,
+    /// Hot keys only: the pending keys of unfinished moves ([`IdempotencyTable::record_hot`]).
     pub table: IdempotencyTable,
+    /// Answers a snapshot written before answers went to the store carried (LSN 0: unknown).
+    pub snapshot_answers: Vec<(u64, super::journal::IdempotencyRecord)>,
     pub events_replayed: u64,
     /// The snapshot it started from.
     pub snapshot: Option<std::path::PathBuf>,
@@ -489,6 +504,7 @@ impl Replayed {
                 covered: vec![0; count as usize],
                 directory: Directory::new(),
                 table,
+                snapshot_answers: Vec::new(),
                 events_replayed: 0,
                 snapshot: None,
             });
@@ -507,8 +523,13 @@ impl Replayed {
                 ),
             });
         }
-        for record in &decoded.idempotency {
-            table.record(record, 0);
+        let mut snapshot_answers = Vec::new();
+        for record in decoded.idempotency {
+            if record.response.is_some() {
+                snapshot_answers.push((0, record));
+            } else {
+                table.record(&record, 0);
+            }
         }
         let (shards, covered) = decoded
             .shards
@@ -525,6 +546,7 @@ impl Replayed {
             covered,
             directory: decoded.directory,
             table,
+            snapshot_answers,
             events_replayed: 0,
             snapshot: Some(found.path),
         })
@@ -574,7 +596,7 @@ impl Replayed {
         }
         self.events_replayed += (entry.events.len() + entry.directory.len()) as u64;
         if let Some(key) = &entry.idempotency {
-            self.table.record(key, record.lsn);
+            self.table.record_hot(key, record.lsn);
         }
         Ok(())
     }

@@ -8,8 +8,8 @@
 
 use crate::runtime::config::{unavailable, EngineError};
 use crate::runtime::engine::Engine;
+use crate::runtime::image;
 use crate::runtime::recovery;
-use crate::runtime::{idempotency, image};
 use crate::shard::state::Shard;
 
 /// The wait after the first failed periodic snapshot.
@@ -96,7 +96,11 @@ impl Engine {
 
     pub(crate) async fn build_snapshot(&self) -> Result<u64, EngineError> {
         let target = self.inner.wal.durable_lsn();
-        let cutoff = self.inner.clock.now_ms() - idempotency::RETENTION_MS;
+        let cutoff = self
+            .inner
+            .clock
+            .now_ms()
+            .saturating_sub(self.inner.config.idempotency_retention_ms());
         self.inner.idempotency.purge_before(cutoff);
         let wal = self.inner.wal.clone();
         let dir = self.inner.config.wal_dir();

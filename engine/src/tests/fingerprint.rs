@@ -100,11 +100,11 @@ fn issue_16_a_key_stored_with_the_legacy_fingerprint_still_matches_its_retry() {
         Begin::Reused
     ));
     assert!(matches!(
-        table.begin_matching("customer:7", "k", canonical, Some(legacy), 10),
+        table.begin_matching("customer:7", "k", canonical, Some(legacy), 10, i64::MIN),
         Begin::Replay(answer) if answer == b"answer"
     ));
     assert!(matches!(
-        table.begin_matching("customer:7", "k", canonical, Some([1; 32]), 10),
+        table.begin_matching("customer:7", "k", canonical, Some([1; 32]), 10, i64::MIN),
         Begin::Reused
     ));
 }

@@ -3,6 +3,7 @@
 //! Everything runs on a logical clock ([`Harness::now_ms`]) and counter-derived entropy, so every
 //! test is deterministic.
 
+mod answers_upgrade;
 mod codec;
 mod commerce_cross_shard;
 mod commerce_fee_qr;

@@ -24,7 +24,7 @@ use crate::shard::command::{CreateWallet, Details, MoneyMove, PlaceHold};
 use crate::values::error::encode_fault_marker;
 use crate::{Command, Currency, Outcome, Rejection, WalletId};
 
-struct DebugRenderer;
+pub(super) struct DebugRenderer;
 
 impl Renderer for DebugRenderer {
     fn render(&self, route: u16, result: &Result<Outcome, Rejection>) -> Vec<u8> {
@@ -32,9 +32,9 @@ impl Renderer for DebugRenderer {
     }
 }
 
-const START_MS: i64 = 1_700_000_000_000;
+pub(super) const START_MS: i64 = 1_700_000_000_000;
 
-fn open(dir: &std::path::Path, clock: &Arc<SeededClock>) -> Engine {
+pub(super) fn open(dir: &std::path::Path, clock: &Arc<SeededClock>) -> Engine {
     let mut config = EngineConfig::new(dir);
     config.snapshot_every_records = 0;
     Engine::open(config, clock.clone(), Arc::new(DebugRenderer))
@@ -42,7 +42,7 @@ fn open(dir: &std::path::Path, clock: &Arc<SeededClock>) -> Engine {
         .0
 }
 
-async fn wallet(engine: &Engine) -> WalletId {
+pub(super) async fn wallet(engine: &Engine) -> WalletId {
     let created = engine
         .execute(Command::CreateWallet(CreateWallet {
             owner_type: OwnerType::Customer,
@@ -61,7 +61,7 @@ async fn wallet(engine: &Engine) -> WalletId {
     wallet.id
 }
 
-fn deposit(wallet_id: WalletId, description: Option<String>) -> Command {
+pub(super) fn deposit(wallet_id: WalletId, description: Option<String>) -> Command {
     Command::Deposit(MoneyMove {
         wallet_id,
         amount: Decimal::from(5),
@@ -73,7 +73,7 @@ fn deposit(wallet_id: WalletId, description: Option<String>) -> Command {
     })
 }
 
-async fn balance(engine: &Engine, wallet_id: WalletId) -> Decimal {
+pub(super) async fn balance(engine: &Engine, wallet_id: WalletId) -> Decimal {
     engine
         .read_wallet(wallet_id, move |s| s.balance(wallet_id).unwrap().balance)
         .await

@@ -14,11 +14,13 @@ use std::collections::HashMap;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
+use super::answers::file_answer;
 use super::store::{
     counts_in, decode, encode, key2, key3, time_key, HistoryStore, Open, StoreError, INDEXED_LSN,
 };
 use crate::ledger::hold::Hold;
 use crate::ledger::transaction::{Hash, LedgerEntry, Transaction};
+use crate::runtime::journal::IdempotencyRecord;
 use crate::shard::event::Event;
 
 /// Most wallets whose chain head the indexer remembers between batches; past it the memory
@@ -43,14 +45,34 @@ impl ChainHeads {
     }
 }
 
-/// Files `records` (LSN, events) as one atomic write batch that also sets `indexed_lsn` to the
-/// last LSN. Not durable by itself: see [`HistoryStore::persist`].
+/// What one WAL record gives the store: its events and its idempotency answer.
+pub(crate) struct Filed {
+    pub(crate) lsn: u64,
+    pub(crate) events: Vec<Event>,
+    /// Only an answered key (a pending one is hot state).
+    pub(crate) answer: Option<IdempotencyRecord>,
+}
+
+impl Filed {
+    /// A record with events and no answer.
+    #[cfg(test)]
+    pub(crate) fn events(lsn: u64, events: Vec<Event>) -> Self {
+        Filed {
+            lsn,
+            events,
+            answer: None,
+        }
+    }
+}
+
+/// Files `records` as one atomic write batch that also sets `indexed_lsn` to the last LSN. Not
+/// durable by itself: see [`HistoryStore::persist`].
 pub(crate) fn file_batch(
     store: &HistoryStore,
-    records: &[(u64, Vec<Event>)],
+    records: &[Filed],
     heads: &mut ChainHeads,
 ) -> Result<(), StoreError> {
-    let Some(last_lsn) = records.last().map(|(lsn, _)| *lsn) else {
+    let Some(last_lsn) = records.last().map(|record| record.lsn) else {
         return Ok(());
     };
     let result = store.with(|open| {
@@ -60,9 +82,12 @@ pub(crate) fn file_batch(
             overlay: HashMap::new(),
             counts: HashMap::new(),
         };
-        for (_, events) in records {
-            for event in events {
+        for record in records {
+            for event in &record.events {
                 batch.file(event, heads)?;
+            }
+            if let Some(answer) = &record.answer {
+                file_answer(open, &mut batch.writes, answer, record.lsn)?;
             }
         }
         let Batch {

@@ -18,13 +18,27 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, RecvTimeoutError};
 use tokio::sync::watch;
 
-use super::filing::{file_batch, ChainHeads};
+use super::filing::{file_batch, ChainHeads, Filed};
 use super::store::{HistoryStore, StoreError};
-use crate::runtime::journal::JournalEntry;
-use crate::shard::event::Event;
+use crate::runtime::clock::Clock;
+use crate::runtime::idempotency::IdempotencyTable;
+use crate::runtime::journal::{IdempotencyRecord, JournalEntry};
 
 /// Most WAL records filed in one store transaction.
 pub const FILE_RECORDS_MAX: usize = 16 * 1024;
+
+/// Most expired idempotency answers removed per checkpoint: purging keeps up with any rate the
+/// log can write (a checkpoint a second) without one long pause.
+pub const PURGE_ANSWERS_MAX: usize = 64 * 1024;
+
+/// What the live indexer does with idempotency answers beside filing them.
+pub(crate) struct Answers {
+    /// The live table: an answer leaves it once filed.
+    pub(crate) table: Arc<IdempotencyTable>,
+    pub(crate) clock: Arc<dyn Clock>,
+    /// The retention window; older answers are purged from the store at checkpoints.
+    pub(crate) retention_ms: i64,
+}
 
 /// Where the indexer stands.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -42,7 +56,13 @@ pub struct Progress {
 pub(crate) struct Filer {
     store: Arc<HistoryStore>,
     heads: ChainHeads,
-    pending: Vec<(u64, Vec<Event>)>,
+    pending: Vec<Filed>,
+    /// Answers of records the store already covers but filed without their answer (a store
+    /// written before answers were filed): filed on their own at the next flush.
+    backfill: Vec<(u64, IdempotencyRecord)>,
+    /// The first LSN whose answer the store holds (see [`super::answers`]).
+    answers_since: u64,
+    answers: Option<Answers>,
     pub(crate) indexed_lsn: u64,
     pub(crate) checkpoint_lsn: u64,
     last_checkpoint: Instant,
@@ -55,10 +75,22 @@ impl Filer {
         checkpoint_every: Duration,
     ) -> Result<Self, StoreError> {
         let indexed = store.indexed_lsn()?;
+        let answers_since = match store.answers_since()? {
+            Some(lsn) => lsn,
+            // A new store files every answer; an older one lacks those it covers.
+            None if indexed == 0 => {
+                store.set_answers_since(0)?;
+                0
+            }
+            None => indexed + 1,
+        };
         Ok(Filer {
             store,
             heads: ChainHeads::default(),
             pending: Vec::new(),
+            backfill: Vec::new(),
+            answers_since,
+            answers: None,
             indexed_lsn: indexed,
             checkpoint_lsn: indexed,
             last_checkpoint: Instant::now(),
@@ -66,28 +98,56 @@ impl Filer {
         })
     }
 
-    /// Queues one record; records at or below the indexed LSN are already filed and skipped.
+    /// From now on, drops each answer from `answers.table` once filed and purges expired ones.
+    pub(crate) fn serve_answers(&mut self, answers: Answers) {
+        self.answers = Some(answers);
+    }
+
+    /// Once recovery has filed what the log and the snapshot hold, every answer in the retention
+    /// window is in the store: records it covers need no backfill from now on.
+    pub(crate) fn answers_complete(&mut self) -> Result<(), StoreError> {
+        if self.answers_since != 0 {
+            self.flush(false)?;
+            self.store.set_answers_since(0)?;
+            self.answers_since = 0;
+        }
+        Ok(())
+    }
+
+    /// Queues one record; records at or below the indexed LSN are already filed and skipped
+    /// (all but the answer, for a store written before answers were filed).
     pub(crate) fn add(&mut self, lsn: u64, payload: &[u8]) -> Result<(), StoreError> {
-        if lsn <= self.indexed_lsn || self.pending.last().is_some_and(|(last, _)| lsn <= *last) {
+        if lsn <= self.indexed_lsn {
+            if lsn >= self.answers_since {
+                return Ok(());
+            }
+            if let Some(answer) = decode_record(lsn, payload)?.idempotency {
+                if answer.response.is_some() {
+                    self.backfill.push((lsn, answer));
+                }
+            }
+            return Ok(());
+        }
+        if self.pending.last().is_some_and(|last| lsn <= last.lsn) {
             return Ok(());
         }
         let expected = self
             .pending
             .last()
-            .map_or(self.indexed_lsn, |(last, _)| *last)
+            .map_or(self.indexed_lsn, |last| last.lsn)
             + 1;
         if lsn != expected {
             return Err(StoreError::Rule(format!(
                 "record {lsn} arrived where {expected} was expected: the store and the log disagree"
             )));
         }
-        let entry = JournalEntry::decode(payload).map_err(|error| StoreError::Corrupt {
-            what: "log record",
-            key: lsn.to_string(),
-            reason: error.to_string(),
-        })?;
-        self.pending.push((lsn, entry.events));
-        if self.pending.len() >= FILE_RECORDS_MAX {
+        let entry = decode_record(lsn, payload)?;
+        self.pending.push(Filed {
+            lsn,
+            events: entry.events,
+            answer: entry.idempotency.filter(|answer| answer.response.is_some()),
+        });
+        if self.pending.len() + self.backfill.len() >= FILE_RECORDS_MAX {
             self.flush(false)?;
         }
         Ok(())
@@ -96,22 +156,54 @@ impl Filer {
     /// Files what is queued; `checkpoint` forces a durable commit, otherwise one is made when
     /// `checkpoint_every` has passed.
     pub(crate) fn flush(&mut self, checkpoint: bool) -> Result<(), StoreError> {
+        if !self.backfill.is_empty() {
+            self.store.file_answers(&self.backfill)?;
+            self.backfill.clear();
+        }
         if !self.pending.is_empty() {
             file_batch(&self.store, &self.pending, &mut self.heads)?;
             self.indexed_lsn = self
                 .pending
                 .last()
-                .map_or(self.indexed_lsn, |(lsn, _)| *lsn);
-            self.pending.clear();
+                .map_or(self.indexed_lsn, |last| last.lsn);
+            // Filed and visible to readers: the answers leave memory (after the commit, so a
+            // lookup that misses memory finds them in the store).
+            match &self.answers {
+                Some(answers) => {
+                    for filed in self.pending.drain(..) {
+                        if let Some(answer) = filed.answer {
+                            answers
+                                .table
+                                .forget_filed(&(answer.caller, answer.key), filed.lsn);
+                        }
+                    }
+                }
+                None => self.pending.clear(),
+            }
         }
         let due = checkpoint || self.last_checkpoint.elapsed() >= self.checkpoint_every;
         if due && self.checkpoint_lsn < self.indexed_lsn {
             self.store.persist()?;
             self.checkpoint_lsn = self.indexed_lsn;
             self.last_checkpoint = std::time::Instant::now();
+            if let Some(answers) = &self.answers {
+                let cutoff = answers.clock.now_ms().saturating_sub(answers.retention_ms);
+                let purged = self.store.purge_answers_before(cutoff, PURGE_ANSWERS_MAX)?;
+                if purged > 0 {
+                    tracing::debug!(purged, "expired idempotency answers removed");
+                }
+            }
         }
         Ok(())
     }
+}
+
+fn decode_record(lsn: u64, payload: &[u8]) -> Result<JournalEntry, StoreError> {
+    JournalEntry::decode(payload).map_err(|error| StoreError::Corrupt {
+        what: "log record",
+        key: lsn.to_string(),
+        reason: error.to_string(),
+    })
 }
 
 /// Runs the indexer until the WAL closes the channel (clean shutdown: a last checkpoint) or a

@@ -18,6 +18,7 @@
 //! ([`wal::Wal::set_retention_floor`]), so that replay is always possible; a store that is behind
 //! what the log still holds is refused, never served.
 
+pub mod answers;
 mod filing;
 pub mod indexer;
 mod reads;
@@ -27,6 +28,7 @@ use std::sync::Arc;
 
 use tokio::sync::watch;
 
+pub use self::answers::StoredAnswer;
 pub use self::indexer::Progress;
 pub use self::store::{HistoryStore, StoreError, StorePage, WalletCounts, STORE_DIR};
 use crate::runtime::config::EngineError;

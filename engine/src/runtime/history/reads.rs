@@ -222,7 +222,7 @@ mod tests {
     use std::sync::Arc;
 
     use super::compare_shard;
-    use crate::runtime::history::filing::{file_batch, ChainHeads};
+    use crate::runtime::history::filing::{file_batch, ChainHeads, Filed};
     use crate::runtime::history::HistoryStore;
     use crate::tests::Harness;
 
@@ -236,7 +236,7 @@ mod tests {
         harness.deposit(a, "10.00");
         harness.deposit(b, "5.00");
         let mut heads = ChainHeads::default();
-        file_batch(&store, &[(1, harness.log.clone())], &mut heads).unwrap();
+        file_batch(&store, &[Filed::events(1, harness.log.clone())], &mut heads).unwrap();
         let first_batch = harness.log.len();
         let compared = compare_shard(&harness.shard, &store).unwrap();
         assert!(compared >= 4, "compared {compared}");
@@ -248,7 +248,7 @@ mod tests {
 
         // Filed, the store agrees again; a store whose copy differs is named by record.
         let newest: Vec<_> = harness.log[first_batch..].to_vec();
-        file_batch(&store, &[(2, newest)], &mut heads).unwrap();
+        file_batch(&store, &[Filed::events(2, newest)], &mut heads).unwrap();
         let _ = compare_shard(&harness.shard, &store).unwrap();
         let other = dir.path().join("other");
         let tampered = Arc::new(HistoryStore::open(&other, 1 << 20).unwrap());
@@ -259,7 +259,12 @@ mod tests {
                 break;
             }
         }
-        file_batch(&tampered, &[(1, events)], &mut ChainHeads::default()).unwrap();
+        file_batch(
+            &tampered,
+            &[Filed::events(1, events)],
+            &mut ChainHeads::default(),
+        )
+        .unwrap();
         let differs = compare_shard(&harness.shard, &tampered).unwrap_err();
         assert!(differs.contains("transaction"), "{differs}");
     }

@@ -18,6 +18,7 @@
 //! tx_uuids      uuid                            -> wallet | transaction id
 //! hold_uuids    uuid                            -> wallet | hold id
 //! counts        wallet                          -> transactions | entries | holds
+//! answers, answer_times                         idempotency answers ([`super::answers`])
 //! ```
 //!
 //! An entry is stored with the hash of the entry before it, so a page of the statement shows each
@@ -176,6 +177,8 @@ pub(crate) struct Open {
     pub(crate) tx_uuids: fjall::Keyspace,
     pub(crate) hold_uuids: fjall::Keyspace,
     pub(crate) counts: fjall::Keyspace,
+    pub(crate) answers: fjall::Keyspace,
+    pub(crate) answer_times: fjall::Keyspace,
 }
 
 /// The history store. Cheap to share: reads run beside the indexer's writes and see only what
@@ -210,7 +213,7 @@ impl HistoryStore {
         // for the rest, instead of 64 MiB each.
         let keyspace = |name: &str| {
             let memtable_bytes: u64 = match name {
-                "transactions" | "entries" | "entry_times" | "holds" => 16 << 20,
+                "transactions" | "entries" | "entry_times" | "holds" | "answers" => 16 << 20,
                 _ => 8 << 20,
             };
             db.keyspace(name, move || {
@@ -226,6 +229,8 @@ impl HistoryStore {
             tx_uuids: keyspace("tx_uuids")?,
             hold_uuids: keyspace("hold_uuids")?,
             counts: keyspace("counts")?,
+            answers: keyspace("answers")?,
+            answer_times: keyspace("answer_times")?,
             db,
         };
         Ok(HistoryStore {

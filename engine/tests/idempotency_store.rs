@@ -1,0 +1,266 @@
+//! Idempotency answers live in the history store, memory holds only the keys in flight
+//! (issue 14, item 7): a retry is answered from the store, across restarts and snapshots, for
+//! the retention window and not after it.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use engine::ledger::wallet::{OwnerType, WalletType};
+use engine::runtime::clock::SeededClock;
+use engine::runtime::{Engine, EngineConfig, EngineError, IdempotencyKey, Renderer};
+use engine::shard::command::{CreateWallet, Details, MoneyMove, TransferArgs};
+use engine::{Command, Currency, Outcome, Rejection, WalletId};
+use rust_decimal::Decimal;
+
+const HOUR_MS: i64 = 60 * 60 * 1000;
+
+/// Renders what a retry must see again verbatim: the transaction's uuid makes every answer
+/// unique.
+struct UuidRenderer;
+
+impl Renderer for UuidRenderer {
+    fn render(&self, route: u16, result: &Result<Outcome, Rejection>) -> Vec<u8> {
+        match result {
+            Ok(Outcome::Transaction(t)) => format!("{route}:ok:{}:{}", t.uuid, t.amount),
+            Ok(other) => format!("{route}:ok:{other:?}"),
+            Err(rejection) => format!("{route}:err:{}", rejection.code()),
+        }
+        .into_bytes()
+    }
+}
+
+fn open(dir: &std::path::Path, shards: u32, clock: Arc<SeededClock>) -> Engine {
+    let mut config = EngineConfig::new(dir);
+    config.shard_count = shards;
+    config.snapshot_every_records = 0;
+    config.idempotency_retention = Duration::from_secs(3600);
+    // Every indexer batch is a checkpoint, so expired answers are purged at once.
+    config.history.checkpoint_every = Duration::ZERO;
+    Engine::open(config, clock, Arc::new(UuidRenderer))
+        .unwrap()
+        .0
+}
+
+async fn wallets(engine: &Engine, count: u64) -> Vec<WalletId> {
+    let mut out = Vec::new();
+    for owner_id in 1..=count {
+        let created = engine
+            .execute(Command::CreateWallet(CreateWallet {
+                owner_type: OwnerType::Customer,
+                owner_id,
+                currency: Currency::from_code("YER").unwrap(),
+                wallet_type: WalletType::Primary,
+                business_id: 1,
+                branch_id: 0,
+                meta: None,
+            }))
+            .await
+            .unwrap();
+        let Outcome::Wallet(wallet) = created else {
+            panic!("{created:?}")
+        };
+        out.push(wallet.id);
+    }
+    out
+}
+
+fn deposit(wallet_id: WalletId, amount: i64) -> Command {
+    Command::Deposit(MoneyMove {
+        wallet_id,
+        amount: Decimal::from(amount),
+        currency: None,
+        details: Details::default(),
+    })
+}
+
+fn key(name: &str, fingerprint: u8) -> IdempotencyKey {
+    IdempotencyKey {
+        caller: "customer:1".into(),
+        key: name.into(),
+        fingerprint: [fingerprint; 32],
+        legacy_fingerprint: None,
+        route: 4,
+    }
+}
+
+async fn balance(engine: &Engine, wallet_id: WalletId) -> Decimal {
+    engine
+        .read_wallet(wallet_id, move |s| s.balance(wallet_id).unwrap().balance)
+        .await
+        .unwrap()
+}
+
+/// Waits until the indexer has filed everything logged so far (and so dropped its answers).
+async fn filed(engine: &Engine) {
+    engine.evict_filed().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn answers_leave_memory_once_filed_and_retries_replay_them_from_the_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(SeededClock::new(41, 1_700_000_000_000));
+    let engine = open(dir.path(), 2, clock.clone());
+    let ws = wallets(&engine, 4).await;
+    let mut first = Vec::new();
+    for i in 0..300u32 {
+        let wallet = ws[i as usize % ws.len()];
+        let reply = engine
+            .execute_idempotent(deposit(wallet, 1), key(&format!("d-{i}"), 1))
+            .await
+            .unwrap();
+        assert!(!reply.replayed);
+        first.push(reply.response);
+    }
+    filed(&engine).await;
+    assert_eq!(
+        engine.idempotency_keys_held(),
+        0,
+        "300 answered keys, none left in memory once filed"
+    );
+    for (i, response) in first.iter().enumerate() {
+        let again = engine
+            .execute_idempotent(deposit(ws[i % ws.len()], 1), key(&format!("d-{i}"), 1))
+            .await
+            .unwrap();
+        assert!(again.replayed, "key d-{i}");
+        assert_eq!(&again.response, response, "key d-{i}");
+    }
+    assert_eq!(
+        engine
+            .execute_idempotent(deposit(ws[0], 2), key("d-0", 2))
+            .await,
+        Err(EngineError::IdempotencyKeyReused),
+        "another request under a filed key"
+    );
+    for wallet in &ws {
+        assert_eq!(
+            balance(&engine, *wallet).await,
+            Decimal::from(75),
+            "no retry ran twice"
+        );
+    }
+    assert_eq!(
+        engine.idempotency_keys_held(),
+        0,
+        "retries and refusals leave no claim"
+    );
+
+    // A snapshot holds hot keys only; after a restart the answers still come from the store.
+    engine.snapshot().await.unwrap();
+    engine.shutdown().unwrap();
+    let engine = open(dir.path(), 2, clock);
+    assert_eq!(
+        engine.idempotency_keys_held(),
+        0,
+        "restart brings no answer back into memory"
+    );
+    for (i, response) in first.iter().enumerate().step_by(7) {
+        let again = engine
+            .execute_idempotent(deposit(ws[i % ws.len()], 1), key(&format!("d-{i}"), 1))
+            .await
+            .unwrap();
+        assert!(again.replayed, "key d-{i} after restart");
+        assert_eq!(&again.response, response);
+    }
+    for wallet in &ws {
+        assert_eq!(balance(&engine, *wallet).await, Decimal::from(75));
+    }
+    engine.shutdown().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_after_the_retention_window_runs_as_new_and_expired_answers_are_purged() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(SeededClock::new(43, 1_700_000_000_000));
+    let engine = open(dir.path(), 1, clock.clone());
+    let ws = wallets(&engine, 1).await;
+    let wallet = ws[0];
+    let first = engine
+        .execute_idempotent(deposit(wallet, 10), key("late", 1))
+        .await
+        .unwrap();
+    engine
+        .execute_idempotent(deposit(wallet, 10), key("forgotten", 1))
+        .await
+        .unwrap();
+    filed(&engine).await;
+
+    // Inside the window (its last millisecond): a replay.
+    clock.advance_ms(HOUR_MS - 1);
+    let inside = engine
+        .execute_idempotent(deposit(wallet, 10), key("late", 1))
+        .await
+        .unwrap();
+    assert!(inside.replayed);
+    assert_eq!(inside.response, first.response);
+    assert_eq!(balance(&engine, wallet).await, Decimal::from(20));
+
+    // Past it: the same request runs again, as documented.
+    clock.advance_ms(2);
+    let after = engine
+        .execute_idempotent(deposit(wallet, 10), key("late", 1))
+        .await
+        .unwrap();
+    assert!(!after.replayed);
+    assert_ne!(after.response, first.response);
+    assert_eq!(balance(&engine, wallet).await, Decimal::from(30));
+
+    // The checkpoint that filed it also purged what expired: the untouched key is gone from the
+    // store, the reused one holds its new answer.
+    filed(&engine).await;
+    let store = engine.history().store();
+    assert_eq!(store.answer("customer:1", "forgotten").unwrap(), None);
+    let kept = store.answer("customer:1", "late").unwrap().unwrap();
+    assert_eq!(kept.response, after.response);
+    let again = engine
+        .execute_idempotent(deposit(wallet, 10), key("late", 1))
+        .await
+        .unwrap();
+    assert!(again.replayed);
+    assert_eq!(again.response, after.response);
+    engine.shutdown().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cross_shard_transfer_key_replays_from_the_store_after_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(SeededClock::new(47, 1_700_000_000_000));
+    let engine = open(dir.path(), 4, clock.clone());
+    let ws = wallets(&engine, 8).await;
+    let source = ws[0];
+    let target = *ws
+        .iter()
+        .find(|w| engine.shard_of_wallet(**w) != engine.shard_of_wallet(source))
+        .unwrap();
+    engine.execute(deposit(source, 9)).await.unwrap();
+    let transfer = || {
+        Command::Transfer(TransferArgs {
+            source_wallet_id: source,
+            target_wallet_id: target,
+            amount: Decimal::from(2),
+            currency: Currency::from_code("YER").unwrap(),
+            details: Details::default(),
+        })
+    };
+    let first = engine
+        .execute_idempotent(transfer(), key("t-1", 9))
+        .await
+        .unwrap();
+    filed(&engine).await;
+    assert_eq!(
+        engine.idempotency_keys_held(),
+        0,
+        "the pending key ended with the answer"
+    );
+    engine.shutdown().unwrap();
+    let engine = open(dir.path(), 4, clock);
+    let again = engine
+        .execute_idempotent(transfer(), key("t-1", 9))
+        .await
+        .unwrap();
+    assert!(again.replayed);
+    assert_eq!(again.response, first.response);
+    assert_eq!(balance(&engine, target).await, Decimal::from(2));
+    engine.shutdown().unwrap();
+}
