@@ -217,7 +217,19 @@ impl HistoryStore {
                 _ => 8 << 20,
             };
             db.keyspace(name, move || {
-                fjall::KeyspaceCreateOptions::default().max_memtable_size(memtable_bytes)
+                let options =
+                    fjall::KeyspaceCreateOptions::default().max_memtable_size(memtable_bytes);
+                if name == "answers" {
+                    // Answers are the largest values (a rendered response, ~350 bytes) and are
+                    // never changed: kept apart in blob files, written once at flush, compaction
+                    // moves only their keys. Without it the one worker fell behind under a keyed
+                    // soak and sealed memtables piled up in memory (BENCHMARKS.md).
+                    options.with_kv_separation(Some(
+                        fjall::KvSeparationOptions::default().separation_threshold(64),
+                    ))
+                } else {
+                    options
+                }
             })
         };
         let open = Open {
