@@ -9,7 +9,7 @@ use std::time::Duration;
 use engine::ledger::wallet::{OwnerType, WalletType};
 use engine::runtime::clock::SeededClock;
 use engine::runtime::{Engine, EngineConfig, EngineError, IdempotencyKey, Renderer};
-use engine::shard::command::{CreateWallet, Details, MoneyMove, TransferArgs};
+use engine::shard::command::{CreateWallet, Details, MoneyMove, Refund, TransferArgs};
 use engine::{Command, Currency, Outcome, Rejection, WalletId};
 use rust_decimal::Decimal;
 
@@ -263,4 +263,50 @@ async fn a_cross_shard_transfer_key_replays_from_the_store_after_a_restart() {
     assert_eq!(again.response, first.response);
     assert_eq!(balance(&engine, target).await, Decimal::from(2));
     engine.shutdown().unwrap();
+}
+
+/// A keyed command that cannot read a filed record changes nothing and keeps nothing: it is
+/// refused as unavailable, the claim is released and no answer is logged, so a retry once the
+/// store reads again runs it (a kept 503 would be replayed for the whole window).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreadable_filed_record_is_not_kept_as_the_keys_answer() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(SeededClock::new(53, 1_700_000_000_000));
+    let engine = open(dir.path(), 1, clock);
+    let ws = wallets(&engine, 1).await;
+    engine.execute(deposit(ws[0], 10)).await.unwrap();
+    let withdrawn = engine
+        .execute(Command::Withdraw(MoneyMove {
+            wallet_id: ws[0],
+            amount: Decimal::from(4),
+            currency: None,
+            details: Details::default(),
+        }))
+        .await
+        .unwrap();
+    let Outcome::Transaction(withdrawal) = withdrawn else {
+        panic!("{withdrawn:?}")
+    };
+    filed(&engine).await;
+    let (logged_before, _) = engine.lsns();
+    // The store stops answering reads (as a failing disk would).
+    engine.history().store().close();
+    let refund = engine
+        .execute_idempotent(
+            Command::Refund(Refund {
+                original_transaction_uuid: withdrawal.uuid,
+                amount: Decimal::from(1),
+                reason: None,
+                details: Details::default(),
+            }),
+            key("refund-1", 7),
+        )
+        .await;
+    assert!(
+        matches!(refund, Err(EngineError::Unavailable(_))),
+        "{refund:?}"
+    );
+    assert_eq!(engine.idempotency_keys_held(), 0, "the claim is released");
+    assert_eq!(engine.lsns().0, logged_before, "nothing was logged");
+    assert_eq!(balance(&engine, ws[0]).await, Decimal::from(6));
 }

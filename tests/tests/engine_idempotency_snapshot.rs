@@ -14,10 +14,11 @@
 //! an answer, retries under the same key: `begin` says `Fresh` and the transfer runs a second
 //! time: money moves twice for one idempotent request.
 //!
-//! The fix keeps the pending record until the answer that replaces it is durable:
-//! `Slot::Done { .., replaced: Option<(u64, IdempotencyRecord)> }`, set by `record` when it
-//! overwrites a `Pending`; `durable_records` emits that pending record while the done slot's LSN
-//! is above `durable_lsn` and the pending one's is not.
+//! The first fix kept the pending record in the live table until its answer was durable. Since
+//! answers moved to the history store, a snapshot's keys come from replaying the durable log up
+//! to the snapshot's LSN (`IdempotencyTable::record_hot`, then `pending_records`), never from the
+//! live table: a pending key is replaced only by an answer the replay itself read, which is
+//! durable and filed in the store by the time recovery serves. This test drives that table.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
@@ -41,35 +42,24 @@ fn pending_transfer_key() -> IdempotencyRecord {
 
 #[test]
 fn a_snapshot_keeps_the_key_of_a_transfer_whose_answer_is_not_yet_durable() {
-    let table = IdempotencyTable::new();
+    // The snapshot's replay reads the durable log through LSN 250: the reserve (LSN 100, key
+    // pending) is in it, the finalize (LSN 300, with the answer) is not.
+    let replayed = IdempotencyTable::new();
     let pending = pending_transfer_key();
-    // Step 1, the reserve, logged at LSN 100 with the key pending; durable.
-    table.record(&pending, 100);
-    // Step 3, the finalize, logged at LSN 300 with the answer; not durable yet.
-    let answered = IdempotencyRecord {
-        response: Some(b"3:ok:transfer".to_vec()),
-        ..pending.clone()
-    };
-    table.record(&answered, 300);
-
-    // The snapshot covers the source shard through LSN 250 (the reserve, not the finalize) and
-    // reads the table while the log is durable through 250.
-    let kept = table.durable_records(NOW_MS - 1000, 250);
-    let key = kept
-        .iter()
-        .find(|r| r.caller == pending.caller && r.key == pending.key);
+    replayed.record_hot(&pending, 100);
+    let kept = replayed.pending_records();
     assert!(
-        key.is_some(),
-        "the snapshot holds neither the pending key (LSN 100, durable) nor its answer (LSN 300, \
-         not durable): after a power loss that drops LSN 300, a retry of this transfer under the \
-         same key would run it again"
+        kept.iter()
+            .any(|r| r.caller == pending.caller && r.key == pending.key),
+        "the snapshot lost the pending key: after a power loss that drops LSN 300, a retry of \
+         this transfer under the same key would run it again"
     );
 
     // What recovery from that snapshot then does: load its keys, skip the reserve record (it is
     // covered), finish the transfer. The retry must not be a fresh request.
     let recovered = IdempotencyTable::new();
     for record in &kept {
-        recovered.record(record, 0);
+        recovered.record_hot(record, 0);
     }
     let retry = recovered.begin(&pending.caller, &pending.key, pending.fingerprint, 250);
     assert_ne!(
@@ -77,4 +67,14 @@ fn a_snapshot_keeps_the_key_of_a_transfer_whose_answer_is_not_yet_durable() {
         Begin::Fresh,
         "a retry after recovery runs the transfer a second time"
     );
+
+    // Had the replay read the finalize too, the answer (durable, so in the store once recovery
+    // serves) ends the pending key and the snapshot holds no answer.
+    let answered = IdempotencyRecord {
+        response: Some(b"3:ok:transfer".to_vec()),
+        ..pending.clone()
+    };
+    replayed.record_hot(&answered, 300);
+    assert!(replayed.pending_records().is_empty());
+    assert!(replayed.is_empty(), "replay keeps no answer in memory");
 }

@@ -33,6 +33,7 @@ use super::idempotency::IdempotencyTable;
 use super::journal::{IdempotencyRecord, JournalEntry};
 use crate::identity::directory::{Directory, DirectoryCommand, DirectoryEvent};
 use crate::shard::command::{Command, Context, Outcome, EXPIRE_BATCH_MAX};
+use crate::shard::event::Event;
 use crate::shard::state::Shard;
 use crate::values::error::{ExecuteError, Rejection};
 use crate::values::ids::Uuid;
@@ -246,6 +247,26 @@ impl ShardActor {
         }
     }
 
+    /// An answer that reads a record which could not be read is not kept under a key. When the
+    /// command changed nothing, it is refused as unavailable (the claim is released); when it
+    /// did, memory is ahead of the log and the shard stops: a restart replays the log, which
+    /// never held the command, and recovery finishes a cross-shard move under its pending key.
+    fn readable_answer(
+        &mut self,
+        view: &Result<Outcome, Rejection>,
+        events: &[Event],
+    ) -> Result<(), EngineError> {
+        match view {
+            Err(Rejection::Unavailable(reason)) if events.is_empty() => {
+                Err(EngineError::Unavailable((*reason).to_owned()))
+            }
+            Err(Rejection::Unavailable(reason)) => Err(self.fail(format!(
+                "the answer of an applied command could not be read: {reason}"
+            ))),
+            _ => Ok(()),
+        }
+    }
+
     /// Decide, apply, log. Returns the result and, when something was logged, the WAL ticket.
     fn run(&mut self, message: Execute) -> Result<(Executed, Option<wal::Append>), EngineError> {
         if let Some(reason) = &self.failed {
@@ -258,6 +279,12 @@ impl ShardActor {
                 return Err(self.fail(format!("applying decided events failed: {error}")))
             }
         };
+        // A filed record could not be read: nothing changed, and that is not an answer to keep
+        // under the request's key (a retry must run again), so nothing is logged and the claim
+        // is released.
+        if let Err(Rejection::Unavailable(reason)) = &result {
+            return Err(EngineError::Unavailable((*reason).to_owned()));
+        }
         let (response, idempotency) = match message.claim {
             Some(Claim { mut record, answer }) => {
                 let route = record.route;
@@ -268,6 +295,7 @@ impl ShardActor {
                         .then(|| self.renderer.render(route, &result)),
                     Answer::Transaction(uuid) => {
                         let view = self.shard.transaction_view(uuid).map(Outcome::Transaction);
+                        self.readable_answer(&view, &events)?;
                         Some(self.renderer.render(route, &view))
                     }
                     Answer::Rejected(rejection) => {
@@ -276,10 +304,16 @@ impl ShardActor {
                     Answer::Given(outcome) => Some(self.renderer.render(route, &Ok(*outcome))),
                     Answer::Payment(uuid) => {
                         let view = self.shard.payment_view(uuid).map(Outcome::Payment);
+                        self.readable_answer(&view, &events)?;
                         Some(self.renderer.render(route, &view))
                     }
                 };
                 record.response.clone_from(&response);
+                if response.is_some() {
+                    // The retention window runs from when the answer was decided (for a
+                    // cross-shard move, its last step), not from when the key was claimed.
+                    record.at_ms = message.context.now_ms;
+                }
                 // The first step of a cross-shard move: recovery finds the waiting key by it.
                 match &result {
                     Ok(Outcome::TransferReserved { transfer, .. }) => {
@@ -308,9 +342,21 @@ impl ShardActor {
             self.unfiled
                 .push_back((self.shard.command_stamp(), ticket.lsn()));
         }
-        if let Some(record) = &idempotency {
+        if let Some(record) = idempotency {
             // Stored now, tagged with its LSN: shown to retries only once durable.
-            self.idempotency.record(record, ticket.lsn());
+            let lsn = ticket.lsn();
+            self.idempotency.record(&record, lsn);
+            // The indexer drops a filed answer after publishing its progress; if it filed this
+            // one before it was stored here, it found nothing to drop, and this side does.
+            if record.response.is_some()
+                && self
+                    .history
+                    .as_ref()
+                    .is_some_and(|history| history.progress().indexed_lsn >= lsn)
+            {
+                self.idempotency
+                    .forget_filed(&(record.caller, record.key), lsn);
+            }
         }
         Ok((Executed { result, response }, Some(ticket)))
     }

@@ -53,11 +53,6 @@ enum Slot {
         at_ms: i64,
         lsn: u64,
         response: Vec<u8>,
-        /// The pending record this answer replaced, with its LSN. Kept so that a snapshot
-        /// taken before the answer is durable still carries the key (as pending): otherwise a
-        /// crash that loses the answer would leave the key unknown, and a retry would run the
-        /// transfer again.
-        replaced: Option<(u64, IdempotencyRecord)>,
     },
 }
 
@@ -151,10 +146,6 @@ impl IdempotencyTable {
                 at_ms: record.at_ms,
                 lsn,
                 response: response.clone(),
-                replaced: match self.slots.get(&id).as_deref() {
-                    Some(Slot::Pending { lsn, record, .. }) => Some((*lsn, record.clone())),
-                    _ => None,
-                },
             },
             None => Slot::Pending {
                 fingerprint: record.fingerprint,
@@ -166,42 +157,17 @@ impl IdempotencyTable {
         self.slots.insert(id, slot);
     }
 
-    /// Durable answers (LSN ≤ `durable_lsn`) newer than `cutoff_ms`, for a snapshot, sorted so
-    /// snapshots are canonical.
+    /// The pending keys of unfinished cross-shard moves, for a snapshot (hot state; answers are
+    /// in the store), sorted so snapshots are canonical. Snapshots take them from replay's table,
+    /// which holds only what the durable log says.
     #[must_use]
-    pub fn durable_records(&self, cutoff_ms: i64, durable_lsn: u64) -> Vec<IdempotencyRecord> {
+    pub fn pending_records(&self) -> Vec<IdempotencyRecord> {
         let mut records: Vec<IdempotencyRecord> = self
             .slots
             .iter()
-            .filter_map(|item| {
-                let (caller, key) = item.key();
-                match item.value() {
-                    Slot::Done {
-                        fingerprint,
-                        at_ms,
-                        lsn,
-                        response,
-                        ..
-                    } if *at_ms >= cutoff_ms && *lsn <= durable_lsn => Some(IdempotencyRecord {
-                        caller: caller.clone(),
-                        key: key.clone(),
-                        fingerprint: *fingerprint,
-                        at_ms: *at_ms,
-                        route: 0,
-                        response: Some(response.clone()),
-                        transfer_uuid: None,
-                    }),
-                    Slot::Pending { lsn, record, .. } if *lsn <= durable_lsn => {
-                        Some(record.clone())
-                    }
-                    // Answered, but the answer is not durable yet: keep the durable pending key.
-                    Slot::Done {
-                        replaced: Some((pending_lsn, record)),
-                        lsn,
-                        ..
-                    } if *lsn > durable_lsn && *pending_lsn <= durable_lsn => Some(record.clone()),
-                    _ => None,
-                }
+            .filter_map(|item| match item.value() {
+                Slot::Pending { record, .. } => Some(record.clone()),
+                _ => None,
             })
             .collect();
         records.sort_by(|a, b| (&a.caller, &a.key).cmp(&(&b.caller, &b.key)));

@@ -230,6 +230,11 @@ pub(crate) fn open(
     };
     let mut filer = Filer::new(store.clone(), config.history.checkpoint_every)
         .map_err(|e| history_error(&store_path, &e))?;
+    // Answers an older snapshot carried (format 3 and before) are older than any the log after
+    // it holds, so they go in first; one the store holds decided later is kept.
+    store
+        .file_answers(&state.snapshot_answers)
+        .map_err(|e| history_error(&store_path, &e))?;
     let store_covers = filer.indexed_lsn;
     let replay_from = state.replay_from().min(store_covers + 1);
     let (tap, durable_records) = crossbeam_channel::bounded(config.history.queue_batches_max);
@@ -291,12 +296,13 @@ pub(crate) fn open(
             ),
         });
     }
-    // Answers an older snapshot carried, and (for a store written before answers were filed)
-    // those of the records replay saw, go into the store now: from here on every answer of the
-    // retention window is there, and memory holds hot keys only.
-    store
-        .file_answers(&state.snapshot_answers)
-        .and_then(|()| filer.answers_complete())
+    // The answers of the records replay saw that a store written before answers were filed
+    // lacks went in with the flush above, and those an older snapshot carried before replay:
+    // from here on every answer of the retention window is in the store, durably, and memory
+    // holds hot keys only.
+    filer
+        .answers_complete()
+        .and_then(|()| store.persist())
         .map_err(|e| history_error(&store_path, &e))?;
     let table = Arc::new(std::mem::take(&mut state.table));
     filer.serve_answers(history::indexer::Answers {

@@ -117,7 +117,7 @@ impl Engine {
                     wal::reader::read_range(&dir, record_bytes_max, from, target, &mut |record| state.apply(record))
                         .map_err(unavailable)?;
                     let captures: Vec<(u64, Shard)> = state.shards.into_iter().map(|shard| (target, shard)).collect();
-                    let keys = state.table.durable_records(cutoff, target);
+                    let keys = state.table.pending_records();
                     let payload = image::encode(&captures, &state.directory, &keys).map_err(unavailable)?;
                     let path = wal.checkpoint(target, &payload).map_err(unavailable)?;
                     tracing::info!(snapshot = %path.display(), covered_lsn = target, bytes = payload.len(), took_ms = started.elapsed().as_millis() as u64, "snapshot written");

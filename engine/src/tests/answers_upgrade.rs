@@ -79,3 +79,34 @@ async fn answers_missing_from_an_older_store_are_filed_from_the_log_on_open() {
     );
     engine.shutdown().unwrap();
 }
+
+/// Answers filed outside the indexer (an older snapshot's) never replace an answer the store
+/// holds for the same key that was decided later (the key reused after its window).
+#[test]
+fn an_older_answer_filed_at_open_keeps_the_newer_one() {
+    use crate::runtime::journal::IdempotencyRecord;
+    let dir = tempfile::tempdir().unwrap();
+    let store = HistoryStore::open(dir.path(), 1 << 20).unwrap();
+    let answer = |at_ms: i64, text: &str| IdempotencyRecord {
+        caller: "customer:1".into(),
+        key: "k".into(),
+        fingerprint: [1; 32],
+        at_ms,
+        route: 2,
+        response: Some(text.as_bytes().to_vec()),
+        transfer_uuid: None,
+    };
+    store.file_answers(&[(9, answer(2_000, "new"))]).unwrap();
+    store.file_answers(&[(0, answer(1_000, "old"))]).unwrap();
+    let held = store.answer("customer:1", "k").unwrap().unwrap();
+    assert_eq!(
+        (held.at_ms, held.response.as_slice()),
+        (2_000, b"new".as_slice())
+    );
+    // A newer one does replace an older one.
+    store
+        .file_answers(&[(12, answer(3_000, "newest"))])
+        .unwrap();
+    let held = store.answer("customer:1", "k").unwrap().unwrap();
+    assert_eq!(held.response, b"newest");
+}

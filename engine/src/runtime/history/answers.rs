@@ -95,7 +95,9 @@ impl HistoryStore {
     }
 
     /// Files answers outside the indexer (recovery's upgrade path: what an older store or
-    /// snapshot holds), each with the LSN that logged it (0 when unknown), as one batch.
+    /// snapshot holds), each with the LSN that logged it (0 when unknown), as one batch. An
+    /// answer the store holds for the same key and decided later (the key reused after its
+    /// window) is kept.
     pub(crate) fn file_answers(
         &self,
         records: &[(u64, IdempotencyRecord)],
@@ -106,6 +108,13 @@ impl HistoryStore {
         self.with(|open| {
             let mut writes = open.db.batch();
             for (lsn, record) in records {
+                let key = answer_key(&record.caller, &record.key);
+                if let Some(bytes) = open.answers.get(&key)? {
+                    let held: StoredAnswer = decode("answer", &key, &bytes)?;
+                    if held.at_ms >= record.at_ms {
+                        continue;
+                    }
+                }
                 file_answer(open, &mut writes, record, *lsn)?;
             }
             writes.commit()?;

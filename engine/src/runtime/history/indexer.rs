@@ -63,6 +63,8 @@ pub(crate) struct Filer {
     /// The first LSN whose answer the store holds (see [`super::answers`]).
     answers_since: u64,
     answers: Option<Answers>,
+    /// Answers filed but not yet dropped from memory ([`Filer::forget_filed_answers`]).
+    filed_answers: Vec<((String, String), u64)>,
     pub(crate) indexed_lsn: u64,
     pub(crate) checkpoint_lsn: u64,
     last_checkpoint: Instant,
@@ -91,11 +93,30 @@ impl Filer {
             backfill: Vec::new(),
             answers_since,
             answers: None,
+            filed_answers: Vec::new(),
             indexed_lsn: indexed,
             checkpoint_lsn: indexed,
             last_checkpoint: Instant::now(),
             checkpoint_every,
         })
+    }
+
+    /// Drops the answers filed since the last call from the in-memory table, a second time.
+    /// [`Filer::flush`] drops each once it is committed (so a reader that waited for the
+    /// progress finds it gone from memory), but a shard may store an answer only after that
+    /// (it stores it after appending, and the log may be faster). Called after the progress
+    /// that covers them is published, this pass drops what a shard stored before it saw that
+    /// progress, and a shard that stores one later sees the progress and drops it itself
+    /// (`ShardActor::run`): none is left behind. Every drop is after the commit, so a lookup
+    /// that misses memory finds the answer in the store.
+    pub(crate) fn forget_filed_answers(&mut self) {
+        if let Some(answers) = &self.answers {
+            for (caller_and_key, lsn) in self.filed_answers.drain(..) {
+                answers.table.forget_filed(&caller_and_key, lsn);
+            }
+        } else {
+            self.filed_answers.clear();
+        }
     }
 
     /// From now on, drops each answer from `answers.table` once filed and purges expired ones.
@@ -166,19 +187,18 @@ impl Filer {
                 .pending
                 .last()
                 .map_or(self.indexed_lsn, |last| last.lsn);
-            // Filed and visible to readers: the answers leave memory (after the commit, so a
-            // lookup that misses memory finds them in the store).
-            match &self.answers {
-                Some(answers) => {
-                    for filed in self.pending.drain(..) {
-                        if let Some(answer) = filed.answer {
-                            answers
-                                .table
-                                .forget_filed(&(answer.caller, answer.key), filed.lsn);
-                        }
+            // Filed and visible to readers: the answers leave memory now, and once more after
+            // the progress is published ([`Filer::forget_filed_answers`]).
+            if let Some(answers) = &self.answers {
+                for filed in self.pending.drain(..) {
+                    if let Some(answer) = filed.answer {
+                        let id = (answer.caller, answer.key);
+                        answers.table.forget_filed(&id, filed.lsn);
+                        self.filed_answers.push((id, filed.lsn));
                     }
                 }
-                None => self.pending.clear(),
+            } else {
+                self.pending.clear();
             }
         }
         let due = checkpoint || self.last_checkpoint.elapsed() >= self.checkpoint_every;
@@ -236,11 +256,11 @@ pub(crate) fn run(
                 Err(RecvTimeoutError::Timeout) => filer.flush(false)?,
                 Err(RecvTimeoutError::Disconnected) => {
                     filer.flush(true)?;
-                    publish(&progress, &filer, &wal);
+                    publish(&progress, &mut filer, &wal);
                     return Ok(());
                 }
             }
-            publish(&progress, &filer, &wal);
+            publish(&progress, &mut filer, &wal);
         }
     })();
     if let Err(error) = outcome {
@@ -251,7 +271,7 @@ pub(crate) fn run(
     }
 }
 
-fn publish(progress: &watch::Sender<Progress>, filer: &Filer, wal: &wal::Wal) {
+fn publish(progress: &watch::Sender<Progress>, filer: &mut Filer, wal: &wal::Wal) {
     let changed = progress.send_if_modified(|p| {
         let moved = p.indexed_lsn != filer.indexed_lsn || p.checkpoint_lsn != filer.checkpoint_lsn;
         p.indexed_lsn = filer.indexed_lsn;
@@ -261,4 +281,5 @@ fn publish(progress: &watch::Sender<Progress>, filer: &Filer, wal: &wal::Wal) {
     if changed {
         wal.set_retention_floor(filer.checkpoint_lsn);
     }
+    filer.forget_filed_answers();
 }

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use super::{unavailable, History, HistoryStore, StoreError, StorePage};
-use crate::ledger::transaction::Hash;
+use crate::ledger::transaction::{entry_hash, Hash};
 use crate::ledger::view::{EntryView, HoldView, Holder, TransactionView};
 use crate::runtime::config::EngineError;
 use crate::runtime::engine::Engine;
@@ -154,20 +154,24 @@ fn compare_shard(shard: &Shard, store: &Arc<HistoryStore>) -> Result<u64, String
         let mut prev = Hash::ZERO;
         let mut balance = None;
         let mut broken = None;
+        let currency = wallet.currency;
         store
             .for_each_entry(id, &mut |(stored_prev, stored)| {
-                if *stored_prev != prev && broken.is_none() {
-                    broken = Some(stored.id);
+                // Each entry follows the one before it, and its hash is recomputed from its
+                // fields: a changed amount or text breaks the chain here.
+                if broken.is_none() {
+                    if *stored_prev != prev {
+                        broken = Some((stored.id, "does not follow the entry before it"));
+                    } else if entry_hash(&prev, id, currency, stored) != stored.hash {
+                        broken = Some((stored.id, "does not hash to its stored hash"));
+                    }
                 }
                 prev = stored.hash;
                 balance = Some(stored.balance_after);
             })
             .map_err(|e| failed(&e.to_string()))?;
-        if let Some(entry) = broken {
-            return Err(failed(&format!(
-                "entry {} does not follow the entry before it in the store",
-                entry.0
-            )));
+        if let Some((entry, why)) = broken {
+            return Err(failed(&format!("entry {} {why} in the store", entry.0)));
         }
         if prev != wallet.chain_head() {
             return Err(failed(
@@ -267,5 +271,27 @@ mod tests {
         .unwrap();
         let differs = compare_shard(&harness.shard, &tampered).unwrap_err();
         assert!(differs.contains("transaction"), "{differs}");
+
+        // An entry changed in the store after its hash was computed breaks the chain there.
+        let rewritten =
+            Arc::new(HistoryStore::open(&dir.path().join("rewritten"), 1 << 20).unwrap());
+        let mut events = harness.log.clone();
+        for event in &mut events {
+            if let crate::Event::EntryPosted { entry, .. } = event {
+                entry.description = Some("not what happened".into());
+                break;
+            }
+        }
+        file_batch(
+            &rewritten,
+            &[Filed::events(1, events)],
+            &mut ChainHeads::default(),
+        )
+        .unwrap();
+        let broken = compare_shard(&harness.shard, &rewritten).unwrap_err();
+        assert!(
+            broken.contains("does not hash to its stored hash"),
+            "{broken}"
+        );
     }
 }

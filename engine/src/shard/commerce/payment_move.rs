@@ -225,6 +225,8 @@ impl Shard {
                 | Rejection::NotFound(_)
                 | Rejection::CurrencyMismatch
                 | Rejection::InvalidAmount(_)
+                // A store read failed: nothing was decided, a retry decides.
+                | Rejection::Unavailable(_)
         );
         if decided || about_the_request || !self.owns(request.target_wallet_id) {
             return None;
