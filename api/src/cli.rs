@@ -71,6 +71,12 @@ pub struct ReplayArgs {
     /// Check every invariant after replay; exit non-zero on the first violation.
     #[arg(long)]
     pub verify: bool,
+    /// The full recovery drill: rebuild the hot state and the history store from LSN 1, reading
+    /// the archived segments in DIR (`serve --wal-archive DIR`) and then the live log, ignoring
+    /// snapshots. The existing `history/` is moved aside to `history.before-rebuild-<unix
+    /// seconds>/`, not deleted.
+    #[arg(long, value_name = "DIR")]
+    pub from_archive: Option<PathBuf>,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -148,6 +154,17 @@ pub struct ServeArgs {
     /// Take a snapshot after this many WAL records (0: never automatically).
     #[arg(long, env = "WALLETD_SNAPSHOT_EVERY", default_value_t = 1_000_000)]
     pub snapshot_every: u64,
+    /// Move WAL segments that the snapshots and the history store no longer need into DIR (same
+    /// file name; created with mode 0700 when missing) instead of deleting them, so
+    /// `walletd replay --from-archive DIR` can rebuild everything from LSN 1. Give each data
+    /// directory its own archive.
+    #[arg(long, env = "WALLETD_WAL_ARCHIVE", value_name = "DIR")]
+    pub wal_archive: Option<PathBuf>,
+    /// Size of each WAL segment file in bytes (at least 64 KiB). A record must fit in one
+    /// segment, so below 4 MiB it also lowers the largest record. Smaller than the default only
+    /// for tests and drills that want segments retired quickly.
+    #[arg(long, env = "WALLETD_WAL_SEGMENT_BYTES", default_value_t = 64 << 20, value_parser = clap::value_parser!(u64).range(SEGMENT_BYTES_MIN..=(1 << 30)))]
+    pub wal_segment_bytes: u64,
     /// How long an idempotency key's answer is kept after it was decided: a number with `s`, `m`,
     /// `h` or `d` (e.g. `24h`, `90m`). A retry after it runs as a new request.
     #[arg(long, env = "WALLETD_IDEMPOTENCY_RETENTION", default_value = "24h", value_parser = parse_retention)]
@@ -164,6 +181,9 @@ pub struct ServeArgs {
     #[arg(long, env = "WALLETD_HANDLER_TIMEOUT_MS", default_value_t = 30_000)]
     pub handler_timeout_ms: u64,
 }
+
+/// The smallest `--wal-segment-bytes`.
+const SEGMENT_BYTES_MIN: u64 = 64 << 10;
 
 /// `24h`, `90m`, `3600s`, `7d`: at least a second, at most 400 days.
 fn parse_retention(text: &str) -> Result<std::time::Duration, String> {
@@ -238,6 +258,38 @@ fn engine_config(
         Fsync::Never => wal::FsyncPolicy::Never,
     };
     Ok(config)
+}
+
+/// Segments of `bytes`; the largest record shrinks to fit one when it would not.
+fn set_segment_bytes(config: &mut EngineConfig, bytes: u64) {
+    config.wal.segment_bytes = bytes;
+    let room = bytes.saturating_sub(
+        (wal::record::SEGMENT_HEADER_BYTES + wal::record::RECORD_HEADER_BYTES) as u64,
+    );
+    if u64::from(config.wal.record_bytes_max) > room {
+        config.wal.record_bytes_max = u32::try_from(room).unwrap_or(u32::MAX);
+    }
+}
+
+/// The WAL archive directory: created with mode 0700 when missing; one that exists must be a
+/// directory, and a warning says so when others can read it (it holds what the WAL holds:
+/// password hashes and personal data).
+fn private_archive_dir(dir: &Path) -> anyhow::Result<PathBuf> {
+    use std::os::unix::fs::{DirBuilderExt as _, PermissionsExt as _};
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .with_context(|| format!("create the WAL archive directory {}", dir.display()))?;
+    let metadata = std::fs::metadata(dir)
+        .with_context(|| format!("read the WAL archive directory {}", dir.display()))?;
+    if !metadata.is_dir() {
+        bail!("--wal-archive {} is not a directory", dir.display());
+    }
+    if metadata.permissions().mode() & 0o077 != 0 {
+        tracing::warn!(archive = %dir.display(), mode = format!("{:o}", metadata.permissions().mode() & 0o7777), "the WAL archive directory is open to other users; it holds what the log holds (password hashes, personal data): consider chmod 700");
+    }
+    Ok(dir.to_path_buf())
 }
 
 fn open_engine(config: EngineConfig) -> anyhow::Result<(Engine, engine::runtime::RecoveryReport)> {
@@ -428,6 +480,10 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .map_err(|reason| anyhow::anyhow!("WALLETD_FEE_SCHEDULE: {reason}"))?;
     let mut config = engine_config(&args.data, args.fsync, args.snapshot_every)?;
     config.idempotency_retention = args.idempotency_retention;
+    set_segment_bytes(&mut config, args.wal_segment_bytes);
+    if let Some(archive) = &args.wal_archive {
+        config.wal.archive_dir = Some(private_archive_dir(archive)?);
+    }
     let fault = crate::fault::arm(&mut config)?;
     let (engine, report) = open_engine(config)?;
     tracing::info!(
@@ -546,7 +602,11 @@ async fn shutdown_signal() {
 fn replay(args: &ReplayArgs) -> anyhow::Result<()> {
     init_logging("warn");
     let started = Instant::now();
-    let (engine, report) = open_engine(engine_config(&args.data, Fsync::Always, 0)?)?;
+    let config = engine_config(&args.data, Fsync::Always, 0)?;
+    let (engine, report) = match &args.from_archive {
+        None => open_engine(config)?,
+        Some(archive) => rebuild_from_archive(config, archive)?,
+    };
     let seconds = started.elapsed().as_secs_f64();
     let rate = report.events_replayed as f64 / report.elapsed.as_secs_f64().max(1e-9);
     println!(
@@ -559,6 +619,14 @@ fn replay(args: &ReplayArgs) -> anyhow::Result<()> {
         seconds,
         rate
     );
+    if let Some(archive) = &args.from_archive {
+        println!(
+            "rebuilt the hot state and the history store from LSN 1: {} records from the archive {}, {} from the log",
+            report.records_from_archive,
+            archive.display(),
+            report.records_replayed - report.records_from_archive
+        );
+    }
     if let Some(torn) = &report.torn_tail {
         println!("cut a torn tail: {torn}");
     }
@@ -612,17 +680,170 @@ fn replay(args: &ReplayArgs) -> anyhow::Result<()> {
     });
     engine.shutdown().map_err(|e| anyhow::anyhow!("{e}"))?;
     let first = verdict?;
-    // Determinism: a second replay of the same log rebuilds exactly the same state.
+    // Determinism: a second replay of the same log rebuilds exactly the same state. After a
+    // rebuild from the archive the second one is an ordinary open (newest snapshot, the log after
+    // it, the rebuilt store): the whole history and the snapshot must agree.
     let (again, _) = open_engine(engine_config(&args.data, Fsync::Always, 0)?)?;
     let second = runtime
         .block_on(again.read_all(|s| s.state_digest().to_hex()))
         .map_err(|e| anyhow::anyhow!("{e}"))?;
     again.shutdown().map_err(|e| anyhow::anyhow!("{e}"))?;
     if first != second {
+        if args.from_archive.is_some() {
+            bail!("invariant violated: the state rebuilt from LSN 1 differs from the state an ordinary open (snapshot + log) rebuilds ({first:?} vs {second:?})");
+        }
         bail!("invariant violated: replaying the same log twice gave different states ({first:?} vs {second:?})");
+    }
+    if args.from_archive.is_some() {
+        println!("verified: the state rebuilt from LSN 1 equals the state the newest snapshot and the log rebuild");
     }
     println!("verified: double entry per currency, cached balances, holds, spendable >= 0, hash chains, the history store, no half-done transfer or payment across shards, deterministic replay");
     Ok(())
+}
+
+/// How often `replay --from-archive` reports progress on stderr.
+const PROGRESS_EVERY: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// `replay --from-archive`: moves the history store aside (never deletes it), then opens the
+/// engine from the archive and the live log from LSN 1 (`Engine::open_from_archive`),
+/// reporting progress on stderr. If that fails, the store that was there is put back (the
+/// partial one is kept beside it) and the error says why.
+fn rebuild_from_archive(
+    config: EngineConfig,
+    archive: &Path,
+) -> anyhow::Result<(Engine, engine::runtime::RecoveryReport)> {
+    let metadata = std::fs::metadata(archive)
+        .with_context(|| format!("read the WAL archive directory {}", archive.display()))?;
+    if !metadata.is_dir() {
+        bail!("--from-archive {} is not a directory", archive.display());
+    }
+    let data_dir = config.data_dir.clone();
+    let wal_dir = config.wal_dir();
+    if !wal_dir.is_dir() {
+        bail!(
+            "{} holds no log ({} is missing): --from-archive reads the archive and then the live log of a data directory",
+            data_dir.display(),
+            wal_dir.display()
+        );
+    }
+    // No walletd may be running on the data dir while its store is moved: take the log's lock
+    // (the same `flock` a running walletd holds) for the move, and release it just before the
+    // engine takes it again.
+    let lock_path = wal_dir.join("LOCK");
+    let lock = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&lock_path)
+        .with_context(|| format!("open {}", lock_path.display()))?;
+    match lock.try_lock() {
+        Ok(()) => {}
+        Err(std::fs::TryLockError::WouldBlock) => bail!(
+            "the data directory {} is in use by another walletd process; stop it first",
+            data_dir.display()
+        ),
+        Err(std::fs::TryLockError::Error(error)) => {
+            return Err(error).with_context(|| format!("lock {}", lock_path.display()))
+        }
+    }
+    let store = data_dir.join(engine::runtime::history::STORE_DIR);
+    let seconds = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let aside = if store.exists() {
+        let aside = unused_path(
+            &data_dir,
+            &format!(
+                "{}.before-rebuild-{seconds}",
+                engine::runtime::history::STORE_DIR
+            ),
+        );
+        move_durably(&store, &aside, &data_dir)?;
+        eprintln!(
+            "moved the history store {} aside to {} (kept, not deleted); rebuilding it from LSN 1",
+            store.display(),
+            aside.display()
+        );
+        Some(aside)
+    } else {
+        None
+    };
+    drop(lock);
+
+    let mut replayed = 0u64;
+    let mut reported = Instant::now();
+    let progress = move |lsn: u64| {
+        replayed += 1;
+        if replayed.is_multiple_of(4096) && reported.elapsed() >= PROGRESS_EVERY {
+            reported = Instant::now();
+            eprintln!("replayed {replayed} records so far (at LSN {lsn})");
+        }
+    };
+    let opened = Engine::open_from_archive(
+        config,
+        Arc::new(SystemClock),
+        Arc::new(ApiRenderer),
+        engine::runtime::ArchiveReplay {
+            dir: archive.to_path_buf(),
+            progress: Some(Box::new(progress)),
+        },
+    );
+    match opened {
+        Ok(opened) => Ok(opened),
+        Err(error) => {
+            let error = match error {
+                OpenError::Wal(wal::Error::Locked { .. }) => anyhow::anyhow!(
+                    "the data directory {} is in use by another walletd process; stop it first",
+                    data_dir.display()
+                ),
+                other => anyhow::Error::new(other).context(format!(
+                    "rebuild {} from the archive {}",
+                    data_dir.display(),
+                    archive.display()
+                )),
+            };
+            if let Some(aside) = aside {
+                let mut kept = String::new();
+                if store.exists() {
+                    let failed = unused_path(
+                        &data_dir,
+                        &format!(
+                            "{}.failed-rebuild-{seconds}",
+                            engine::runtime::history::STORE_DIR
+                        ),
+                    );
+                    move_durably(&store, &failed, &data_dir).context(format!("{error:#}"))?;
+                    kept = format!(" (the partial rebuild is in {})", failed.display());
+                }
+                move_durably(&aside, &store, &data_dir).context(format!("{error:#}"))?;
+                eprintln!(
+                    "the rebuild failed: put the history store back in {}{kept}",
+                    store.display()
+                );
+            }
+            Err(error)
+        }
+    }
+}
+
+/// `dir/name`, or `dir/name-2`, `-3`, ... when taken.
+fn unused_path(dir: &Path, name: &str) -> PathBuf {
+    let mut path = dir.join(name);
+    let mut next = 2;
+    while path.exists() {
+        path = dir.join(format!("{name}-{next}"));
+        next += 1;
+    }
+    path
+}
+
+/// Renames `from` to `to` inside `dir` and fsyncs `dir`.
+fn move_durably(from: &Path, to: &Path, dir: &Path) -> anyhow::Result<()> {
+    std::fs::rename(from, to)
+        .with_context(|| format!("move {} to {}", from.display(), to.display()))?;
+    std::fs::File::open(dir)
+        .and_then(|dir| dir.sync_all())
+        .with_context(|| format!("sync the directory {}", dir.display()))
 }
 
 fn inspect(args: &InspectArgs) -> anyhow::Result<()> {

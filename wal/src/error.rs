@@ -55,6 +55,20 @@ pub enum Error {
         first_available: u64,
     },
 
+    /// The archive and the live log together do not hold one run of records from LSN 1: the
+    /// records from `first_missing` up to (not including) `next_present` are in neither.
+    #[error(
+        "{}",
+        gap_message(*first_missing, *next_present, archive, log)
+    )]
+    Gap {
+        first_missing: u64,
+        /// The first LSN found after the gap; `None` when nothing follows (no live segment).
+        next_present: Option<u64>,
+        archive: PathBuf,
+        log: PathBuf,
+    },
+
     /// The replay visitor refused a record (its payload does not make sense to the caller).
     #[error("replay stopped at LSN {lsn}: {reason}")]
     Replay { lsn: u64, reason: String },
@@ -88,6 +102,23 @@ impl Error {
     pub fn is_corruption(&self) -> bool {
         matches!(self, Error::Corruption { .. })
     }
+}
+
+fn gap_message(
+    first_missing: u64,
+    next_present: Option<u64>,
+    archive: &std::path::Path,
+    log: &std::path::Path,
+) -> String {
+    let range = match next_present {
+        Some(next) => format!("LSN {first_missing} to {}", next.saturating_sub(1)),
+        None => format!("LSN {first_missing} onwards (the log holds no segment)"),
+    };
+    format!(
+        "records {range} are in neither the archive {} nor the log {}: the two must form one          run from LSN 1; restore the missing segments into the archive and run again",
+        archive.display(),
+        log.display()
+    )
 }
 
 /// The log's result type.

@@ -32,8 +32,12 @@ pub trait WalFile: Send + Sync {
 pub trait FileSystem: Send + Sync {
     /// Creates (or truncates) a file for reading and writing.
     fn create(&self, path: &Path) -> io::Result<Box<dyn WalFile>>;
-    /// Creates the directory and its parents.
+    /// Creates the directory and its parents (owner only: a log holds whatever its records hold).
     fn create_dir_all(&self, path: &Path) -> io::Result<()>;
+    /// Gives the file at `original` a second name, `link` (same file system only: another one
+    /// fails with [`io::ErrorKind::CrossesDevices`]); an existing `link` fails with
+    /// [`io::ErrorKind::AlreadyExists`].
+    fn hard_link(&self, original: &Path, link: &Path) -> io::Result<()>;
     /// Lists the entries of a directory (file names only, unsorted).
     fn list(&self, dir: &Path) -> io::Result<Vec<PathBuf>>;
     /// Opens an existing file for reading and writing.
@@ -88,7 +92,15 @@ impl FileSystem for StdFs {
     }
 
     fn create_dir_all(&self, path: &Path) -> io::Result<()> {
-        std::fs::create_dir_all(path)
+        use std::os::unix::fs::DirBuilderExt as _;
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(path)
+    }
+
+    fn hard_link(&self, original: &Path, link: &Path) -> io::Result<()> {
+        std::fs::hard_link(original, link)
     }
 
     fn list(&self, dir: &Path) -> io::Result<Vec<PathBuf>> {
@@ -125,7 +137,10 @@ impl FileSystem for StdFs {
 /// of what may happen before a record is durable.
 ///
 /// `fail_sync_after(n)` lets `n` data syncs succeed, then fails every later one;
-/// `fail_write_after(n)` does the same for writes, `fail_dir_sync_after(n)` for directory syncs. `hold_segment_syncs(true)` makes every data
+/// `fail_write_after(n)` does the same for writes, `fail_dir_sync_after(n)` for directory syncs,
+/// `fail_link_after(n)`, `fail_remove_after(n)` and `fail_rename_after(n)` for those calls.
+/// `links_cross_devices(true)` makes every hard link fail as if its two paths were on different
+/// file systems (so callers take their copy path). `hold_segment_syncs(true)` makes every data
 /// sync of a segment file wait until `hold_segment_syncs(false)` (the preallocator's spare and
 /// snapshots are not held). Counters are shared by every file it opens.
 #[derive(Clone)]
@@ -145,6 +160,10 @@ struct Faults {
     syncs_seen: AtomicU64,
     dir_syncs_left: AtomicU64,
     dir_syncs_seen: AtomicU64,
+    links_left: AtomicU64,
+    removes_left: AtomicU64,
+    renames_left: AtomicU64,
+    links_cross_devices: std::sync::atomic::AtomicBool,
     gate: Mutex<Gate>,
     gate_changed: Condvar,
 }
@@ -185,6 +204,10 @@ impl FaultyFs {
             syncs_seen: AtomicU64::new(0),
             dir_syncs_left: AtomicU64::new(u64::MAX),
             dir_syncs_seen: AtomicU64::new(0),
+            links_left: AtomicU64::new(u64::MAX),
+            removes_left: AtomicU64::new(u64::MAX),
+            renames_left: AtomicU64::new(u64::MAX),
+            links_cross_devices: std::sync::atomic::AtomicBool::new(false),
             gate: Mutex::new(Gate::default()),
             gate_changed: Condvar::new(),
         };
@@ -206,6 +229,28 @@ impl FaultyFs {
     /// Lets `n` more directory syncs succeed, then fails every later one.
     pub fn fail_dir_sync_after(&self, n: u64) {
         self.faults.dir_syncs_left.store(n, Ordering::SeqCst);
+    }
+
+    /// Lets `n` more hard links succeed, then fails every later one.
+    pub fn fail_link_after(&self, n: u64) {
+        self.faults.links_left.store(n, Ordering::SeqCst);
+    }
+
+    /// Lets `n` more file removals succeed, then fails every later one.
+    pub fn fail_remove_after(&self, n: u64) {
+        self.faults.removes_left.store(n, Ordering::SeqCst);
+    }
+
+    /// Lets `n` more renames succeed, then fails every later one.
+    pub fn fail_rename_after(&self, n: u64) {
+        self.faults.renames_left.store(n, Ordering::SeqCst);
+    }
+
+    /// While set, every hard link fails with [`io::ErrorKind::CrossesDevices`].
+    pub fn links_cross_devices(&self, cross: bool) {
+        self.faults
+            .links_cross_devices
+            .store(cross, Ordering::SeqCst);
     }
 
     /// How many directory syncs were attempted (failed ones included).
@@ -302,6 +347,16 @@ impl FileSystem for FaultyFs {
         StdFs.create_dir_all(path)
     }
 
+    fn hard_link(&self, original: &Path, link: &Path) -> io::Result<()> {
+        if self.faults.links_cross_devices.load(Ordering::SeqCst) {
+            return Err(io::Error::from(io::ErrorKind::CrossesDevices));
+        }
+        if !take(&self.faults.links_left) {
+            return Err(io::Error::other("injected hard link failure"));
+        }
+        StdFs.hard_link(original, link)
+    }
+
     fn list(&self, dir: &Path) -> io::Result<Vec<PathBuf>> {
         StdFs.list(dir)
     }
@@ -315,10 +370,16 @@ impl FileSystem for FaultyFs {
     }
 
     fn remove(&self, path: &Path) -> io::Result<()> {
+        if !take(&self.faults.removes_left) {
+            return Err(io::Error::other("injected remove failure"));
+        }
         StdFs.remove(path)
     }
 
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        if !take(&self.faults.renames_left) {
+            return Err(io::Error::other("injected rename failure"));
+        }
         StdFs.rename(from, to)
     }
 

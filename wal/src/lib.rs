@@ -6,6 +6,8 @@
 //! - [`log`]: the [`Wal`] handle: open with recovery, [`Wal::append`], durable watermark, snapshots.
 //! - [`recovery`]: the scan that decides where the log ends: torn tail versus corruption.
 //! - [`reader`]: read-only scans for inspection and drills.
+//! - [`archive`]: where retired segments go when [`Options::archive_dir`] is set, and reading
+//!   the archive and the live log back as one log from LSN 1.
 //! - [`snapshot`]: snapshot files (an opaque blob tagged with the LSN it covers).
 //! - [`fs`]: the file-system seam, with a fault-injecting implementation for tests.
 //! - [`error`]: typed errors; corruption is distinct from I/O.
@@ -16,6 +18,9 @@
 //!   default [`FsyncPolicy::Always`]). Many concurrent appenders share one write and one fsync.
 //! - The queue to the writer is bounded: appenders block when the disk falls behind.
 //! - A failed write or fsync poisons the log: every pending and later append fails. Never retried.
+//! - A retired segment (covered by the snapshots and the retention floor) is deleted, or with
+//!   [`Options::archive_dir`] moved into the archive: durably named there before it leaves the
+//!   log, so a crash never leaves it in neither place.
 //! - Recovery cuts a torn tail (a crash mid-write) and refuses, naming file and offset, on damage
 //!   anywhere else. It never skips, reorders or invents a record, and it is idempotent.
 //!
@@ -24,6 +29,7 @@
 
 #![deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
+pub mod archive;
 pub mod error;
 pub mod fs;
 pub mod log;

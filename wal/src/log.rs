@@ -49,8 +49,13 @@ pub struct Options {
     /// Records that may wait for the writer before appenders block (back-pressure).
     pub queue_records_max: usize,
     pub fsync: FsyncPolicy,
-    /// Snapshots kept by [`Wal::checkpoint`]; segments wholly below the oldest kept are deleted.
+    /// Snapshots kept by [`Wal::checkpoint`]; segments wholly below the oldest kept are deleted
+    /// (or archived, see `archive_dir`).
     pub snapshots_kept: usize,
+    /// Where retired segments go instead of being deleted: moved there under the same name,
+    /// durably named there before they leave the log (see [`crate::archive`]). Created (owner
+    /// only) when missing. `None`: retired segments are deleted.
+    pub archive_dir: Option<PathBuf>,
     /// Where the writer hands every record once it is durable, in LSN order, batch by batch (the
     /// payloads are moved, not copied). The channel's bound is the consumer's back-pressure: a
     /// full channel stalls the writer, so a slow consumer slows appends instead of growing memory.
@@ -74,6 +79,7 @@ impl Default for Options {
             queue_records_max: 64 * 1024,
             fsync: FsyncPolicy::Always,
             snapshots_kept: 2,
+            archive_dir: None,
             durable_tap: None,
         }
     }
@@ -386,6 +392,8 @@ struct Inner {
     shared: Arc<Shared>,
     submit: Mutex<Submit>,
     writer: Mutex<Option<JoinHandle<()>>>,
+    /// Held while segments are retired, so two checkpoints never retire the same one.
+    retiring: Mutex<()>,
     /// Held until the log is closed: a second opener of the directory fails with `Locked`.
     lock_file: Mutex<Option<std::fs::File>>,
 }
@@ -450,6 +458,16 @@ impl Wal {
         fs.create_dir_all(&dir)
             .map_err(|e| Error::io(format!("create log directory {}", dir.display()), e))?;
         let lock_file = lock_dir(&dir)?;
+        if let Some(archive_dir) = &options.archive_dir {
+            crate::archive::prepare(fs.as_ref(), archive_dir)?;
+            let canonical = |path: &Path| std::fs::canonicalize(path).ok();
+            if canonical(archive_dir).is_some_and(|a| Some(a) == canonical(&dir)) {
+                return Err(Error::InvalidOptions(format!(
+                    "the archive directory {} is the log directory itself; give it a directory of its own",
+                    archive_dir.display()
+                )));
+            }
+        }
         if options.fsync == FsyncPolicy::Never {
             tracing::warn!(dir = %dir.display(), "fsync is OFF: acknowledged records can be lost on power failure; use only for benchmarks");
         }
@@ -591,6 +609,7 @@ impl Wal {
                 tx: Some(tx),
             }),
             writer: Mutex::new(Some(handle)),
+            retiring: Mutex::new(()),
             lock_file: Mutex::new(Some(lock_file)),
         };
         Ok((
@@ -714,33 +733,58 @@ impl Wal {
         snapshot::load_newest(self.inner.fs.as_ref(), &self.inner.dir)
     }
 
-    /// Deletes every segment, except the active one, whose records all have LSN ≤ `lsn`.
+    /// Retires every segment, except the active one, whose records all have LSN ≤ `lsn`: deletes
+    /// it, or moves it into [`Options::archive_dir`]. Oldest first; a segment leaves the list only
+    /// once it has left the directory, so after a failure the next checkpoint tries it again.
+    /// The list's lock is not held during file I/O (a copy into an archive on another file system
+    /// takes a while, and the writer takes that lock to add a segment when it rotates).
     fn remove_segments_through(&self, lsn: u64) -> Result<()> {
-        let mut segments = lock(&self.inner.shared.segments);
-        let mut removable = 0;
-        for pair in segments.windows(2) {
+        let _retiring = lock(&self.inner.retiring);
+        let retired: Vec<(u64, PathBuf)> = {
+            let segments = lock(&self.inner.shared.segments);
             // A segment's records end just before the next segment's first LSN.
-            match pair {
-                [_, next] if next.0 <= lsn + 1 => removable += 1,
-                _ => break,
-            }
-        }
-        if removable == 0 {
+            let removable = segments
+                .windows(2)
+                .take_while(|pair| matches!(pair, [_, next] if next.0 <= lsn + 1))
+                .count();
+            segments.iter().take(removable).cloned().collect()
+        };
+        if retired.is_empty() {
             return Ok(());
         }
-        for (first_lsn, path) in segments.drain(..removable) {
-            tracing::info!(segment = %path.display(), first_lsn, "removing a segment covered by snapshots");
-            self.inner
-                .fs
-                .remove(&path)
-                .map_err(|e| Error::io(format!("remove segment {}", path.display()), e))?;
+        let fs = self.inner.fs.as_ref();
+        let archive_dir = self.inner.options.archive_dir.as_deref();
+        let mut outcome = Ok(());
+        let mut done = 0;
+        for (first_lsn, path) in &retired {
+            let step = match archive_dir {
+                Some(archive_dir) => {
+                    tracing::info!(segment = %path.display(), first_lsn, archive = %archive_dir.display(), "archiving a segment covered by snapshots and the history store");
+                    crate::archive::archive_segment(fs, path, archive_dir)
+                }
+                None => {
+                    tracing::info!(segment = %path.display(), first_lsn, "removing a segment covered by snapshots");
+                    fs.remove(path)
+                        .map_err(|e| Error::io(format!("remove segment {}", path.display()), e))
+                }
+            };
+            if let Err(error) = step {
+                outcome = Err(error);
+                break;
+            }
+            done += 1;
         }
-        self.inner.fs.sync_dir(&self.inner.dir).map_err(|e| {
-            Error::io(
-                format!("sync log directory {}", self.inner.dir.display()),
-                e,
-            )
-        })
+        if done > 0 {
+            lock(&self.inner.shared.segments).drain(..done);
+            let synced = fs.sync_dir(&self.inner.dir).map_err(|e| {
+                Error::io(
+                    format!("sync log directory {}", self.inner.dir.display()),
+                    e,
+                )
+            });
+            outcome = outcome.and(synced);
+        }
+        outcome
     }
 
     /// Makes everything appended durable, stops the writer and releases the directory lock.

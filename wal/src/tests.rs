@@ -1161,3 +1161,299 @@ fn issue_16_a_corrupt_newest_snapshot_does_not_release_the_log_the_valid_one_nee
     .unwrap();
     assert_eq!(seen, 110);
 }
+
+// ---- issue 14, items 6 and 8: retired segments move into an archive, never into neither place ----
+
+/// Segment files (`*.wal`) in `dir`, as first LSNs, in order.
+fn segment_lsns(dir: &Path) -> Vec<u64> {
+    segments(dir)
+        .iter()
+        .map(|p| record::parse_segment_file_name(p.file_name().unwrap().to_str().unwrap()).unwrap())
+        .collect()
+}
+
+fn archive_options(archive: &Path) -> Options {
+    Options {
+        archive_dir: Some(archive.to_path_buf()),
+        ..small_options()
+    }
+}
+
+/// Every record of the archive followed by the live log, read without changing anything: what
+/// `walletd replay --from-archive` reads.
+fn read_archive_and_log(archive: &Path, log: &Path) -> crate::Result<Vec<(u64, Vec<u8>)>> {
+    let mut out = Vec::new();
+    let scan = crate::archive::replay_archived(&StdFs, archive, log, 16 * 1024, &mut |r| {
+        out.push((r.lsn, r.payload.to_vec()));
+        Ok(())
+    })?;
+    crate::reader::read_from(log, 16 * 1024, scan.next_lsn, &mut |r| {
+        out.push((r.lsn, r.payload.to_vec()));
+        Ok(())
+    })?;
+    Ok(out)
+}
+
+fn expected_records(count: u64) -> Vec<(u64, Vec<u8>)> {
+    (1..=count).map(|lsn| (lsn, payload(lsn, 2000))).collect()
+}
+
+#[test]
+fn issue_14_retired_segments_move_into_the_archive_and_read_back_with_the_log_from_lsn_1() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("wal");
+    let archive = dir.path().join("archive").join("walletd");
+    let (wal, _) = Wal::open(&log, archive_options(&archive)).unwrap();
+    let mode = std::fs::metadata(&archive).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o700, "the archive directory is created owner-only");
+    fill(&wal, 1, 100, |_| 2000);
+    let before = segment_lsns(&log);
+    wal.checkpoint(90, b"state@90").unwrap();
+    let live = segment_lsns(&log);
+    let archived = segment_lsns(&archive);
+    assert!(!archived.is_empty(), "covered segments were archived");
+    assert_eq!(archived.first(), Some(&1));
+    assert!(live.first().unwrap() > &1, "and left the log: {live:?}");
+    let mut union = archived.clone();
+    union.extend(&live);
+    assert_eq!(union, before, "every segment is in exactly one place");
+    assert_eq!(
+        read_archive_and_log(&archive, &log).unwrap(),
+        expected_records(100)
+    );
+    wal.close().unwrap();
+    // The log alone no longer starts at 1; with the archive it does.
+    let alone = crate::reader::read_from(&log, 16 * 1024, 1, &mut |_| Ok(()));
+    assert!(matches!(alone, Err(Error::Unavailable { .. })));
+}
+
+#[test]
+fn issue_14_without_an_archive_retired_segments_are_deleted() {
+    let dir = tempfile::tempdir().unwrap();
+    let (wal, _) = Wal::open(dir.path(), small_options()).unwrap();
+    fill(&wal, 1, 100, |_| 2000);
+    wal.checkpoint(90, b"state@90").unwrap();
+    assert!(segment_lsns(dir.path()).first().unwrap() > &1);
+    let entries = std::fs::read_dir(dir.path()).unwrap().count();
+    assert!(entries < 10, "no archive appeared: {entries} entries");
+}
+
+/// A closed log of 100 records in `root/wal` with its spare in place, so reopening it writes and
+/// syncs nothing in the background: every fault armed afterwards hits the checkpoint.
+fn closed_log_for_archiving(root: &Path) {
+    let (wal, _) = Wal::open(root.join("wal"), small_options()).unwrap();
+    fill(&wal, 1, 100, |_| 2000);
+    wal.close().unwrap();
+}
+
+/// What each fault kind arms: fail the call after `n` more succeed.
+#[derive(Debug, Clone, Copy)]
+enum Step {
+    Link,
+    DirSync,
+    Remove,
+    CopyWrite,
+    CopySync,
+    CopyRename,
+}
+
+impl Step {
+    fn arm(self, fs: &FaultyFs, n: u64) {
+        match self {
+            Step::Link => fs.fail_link_after(n),
+            Step::DirSync => fs.fail_dir_sync_after(n),
+            Step::Remove => fs.fail_remove_after(n),
+            Step::CopyWrite => fs.fail_write_after(n),
+            Step::CopySync => fs.fail_sync_after(n),
+            Step::CopyRename => fs.fail_rename_after(n),
+        }
+    }
+
+    fn copies(self) -> bool {
+        matches!(self, Step::CopyWrite | Step::CopySync | Step::CopyRename)
+    }
+}
+
+#[test]
+fn issue_14_a_failure_at_any_archiving_step_leaves_every_record_in_the_log_or_the_archive() {
+    // For each kind of call the move makes (on the hard-link path and on the copy path), fail the
+    // n-th one of the checkpoint for n = 0, 1, ... until a checkpoint gets through: every point at
+    // which a move can stop. After each, the archive and the log together still hold records
+    // 1..=100 byte for byte, the log reopens, and the next checkpoint finishes the move.
+    let steps = [
+        Step::Link,
+        Step::DirSync,
+        Step::Remove,
+        Step::DirSync,
+        Step::Remove,
+        Step::CopyWrite,
+        Step::CopySync,
+        Step::CopyRename,
+    ];
+    for (index, step) in steps.into_iter().enumerate() {
+        // The second DirSync and Remove rounds run on the copy path.
+        let copy_path = step.copies() || index >= 3;
+        let mut stopped = 0;
+        let mut finished = false;
+        for n in 0..40 {
+            let root = tempfile::tempdir().unwrap();
+            let log = root.path().join("wal");
+            let archive = root.path().join("archive");
+            closed_log_for_archiving(root.path());
+            let segments_before = segment_lsns(&log);
+            let fs = FaultyFs::new();
+            fs.links_cross_devices(copy_path);
+            let (wal, _) = Wal::open_with(
+                Arc::new(fs.clone()),
+                &log,
+                archive_options(&archive),
+                u64::MAX,
+                &mut |_| Ok(()),
+            )
+            .unwrap();
+            step.arm(&fs, n);
+            let outcome = wal.checkpoint(90, b"state@90");
+            drop(wal);
+            let what = format!("{step:?} failing after {n} (copy path: {copy_path})");
+            assert_eq!(
+                read_archive_and_log(&archive, &log).unwrap(),
+                expected_records(100),
+                "{what}: a record is in neither place"
+            );
+            let mut union = segment_lsns(&archive);
+            union.extend(segment_lsns(&log));
+            union.sort_unstable();
+            union.dedup();
+            assert_eq!(union, segments_before, "{what}");
+            if outcome.is_ok() {
+                finished = true;
+                break;
+            }
+            stopped += 1;
+            // The next open works and its checkpoint finishes the move.
+            let (wal, recovered) = Wal::open(&log, archive_options(&archive)).unwrap();
+            assert_eq!(recovered.last_lsn, 100, "{what}");
+            wal.checkpoint(95, b"state@95").unwrap();
+            let live = segment_lsns(&log);
+            assert!(
+                segment_lsns(&archive).iter().all(|lsn| !live.contains(lsn)),
+                "{what}: after a finished move no segment is in both places"
+            );
+            assert_eq!(
+                read_archive_and_log(&archive, &log).unwrap(),
+                expected_records(100),
+                "{what}"
+            );
+            wal.close().unwrap();
+        }
+        assert!(finished, "{step:?}: no checkpoint got through");
+        assert!(stopped > 0, "{step:?}: no fault ever stopped a move");
+    }
+}
+
+#[test]
+fn issue_14_an_archive_holding_other_bytes_under_a_segment_name_is_refused() {
+    let root = tempfile::tempdir().unwrap();
+    let log = root.path().join("wal");
+    let archive = root.path().join("archive");
+    closed_log_for_archiving(root.path());
+    std::fs::create_dir_all(&archive).unwrap();
+    let first = segments(&log).into_iter().next().unwrap();
+    std::fs::write(archive.join(first.file_name().unwrap()), b"another log").unwrap();
+    let (wal, _) = Wal::open(&log, archive_options(&archive)).unwrap();
+    let error = wal.checkpoint(90, b"state@90").unwrap_err();
+    assert!(error.is_corruption(), "{error}");
+    assert!(
+        error.to_string().contains("belongs to another log"),
+        "{error}"
+    );
+    assert!(first.exists(), "the log keeps its segment");
+}
+
+#[test]
+fn issue_14_the_archive_cannot_be_the_log_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let error = Wal::open(dir.path(), archive_options(dir.path())).unwrap_err();
+    assert!(matches!(error, Error::InvalidOptions(_)), "{error}");
+}
+
+#[test]
+fn issue_14_a_hole_between_the_archive_and_the_log_is_named() {
+    let root = tempfile::tempdir().unwrap();
+    let log = root.path().join("wal");
+    let archive = root.path().join("archive");
+    let (wal, _) = Wal::open(&log, archive_options(&archive)).unwrap();
+    fill(&wal, 1, 100, |_| 2000);
+    wal.checkpoint(90, b"state@90").unwrap();
+    wal.close().unwrap();
+    let archived = segment_lsns(&archive);
+    assert!(archived.len() >= 2, "{archived:?}");
+    let live_first = segment_lsns(&log)[0];
+    let gap_of = |error: Error| match error {
+        Error::Gap {
+            first_missing,
+            next_present,
+            ..
+        } => (first_missing, next_present),
+        other => panic!("not a gap: {other}"),
+    };
+
+    // The archive's last segment gone: the hole ends where the log starts.
+    let last = segments(&archive).pop().unwrap();
+    let saved = std::fs::read(&last).unwrap();
+    std::fs::remove_file(&last).unwrap();
+    let error = read_archive_and_log(&archive, &log).unwrap_err();
+    let message = error.to_string();
+    assert_eq!(gap_of(error), (*archived.last().unwrap(), Some(live_first)));
+    assert!(
+        message.contains(&format!(
+            "LSN {} to {}",
+            archived.last().unwrap(),
+            live_first - 1
+        )),
+        "{message}"
+    );
+    std::fs::write(&last, saved).unwrap();
+
+    // The archive's first segment gone: the hole starts at LSN 1.
+    let first = segments(&archive).remove(0);
+    std::fs::remove_file(&first).unwrap();
+    let error = read_archive_and_log(&archive, &log).unwrap_err();
+    assert_eq!(gap_of(error), (1, Some(archived[1])));
+}
+
+#[test]
+fn issue_14_across_file_systems_a_segment_is_copied_synced_and_renamed_into_the_archive() {
+    let root = tempfile::tempdir().unwrap();
+    let log = root.path().join("wal");
+    let archive = root.path().join("archive");
+    closed_log_for_archiving(root.path());
+    let fs = FaultyFs::new();
+    fs.links_cross_devices(true);
+    let open = |fs: &FaultyFs| {
+        Wal::open_with(
+            Arc::new(fs.clone()),
+            &log,
+            archive_options(&archive),
+            u64::MAX,
+            &mut |_| Ok(()),
+        )
+        .unwrap()
+        .0
+    };
+    let wal = open(&fs);
+    // The snapshot's own rename passes; the first copy's rename into place fails.
+    fs.fail_rename_after(1);
+    let error = wal.checkpoint(90, b"state@90").unwrap_err().to_string();
+    assert!(error.contains(".wal.tmp"), "{error}");
+    drop(wal);
+    fs.fail_rename_after(u64::MAX);
+    let wal = open(&fs);
+    wal.checkpoint(95, b"state@95").unwrap();
+    assert!(segment_lsns(&archive).len() >= 2);
+    assert_eq!(
+        read_archive_and_log(&archive, &log).unwrap(),
+        expected_records(100)
+    );
+}

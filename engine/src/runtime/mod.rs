@@ -7,7 +7,8 @@
 //! - [`actor`]: the shard actor (one per actix Arbiter thread) that owns one [`Shard`].
 //! - [`journal`]: the WAL record of one command. [`idempotency`]: the key table.
 //! - [`recovery`]: open = load the newest snapshot, replay the log after it, finish half-done
-//!   cross-shard transfers. [`image`]: the snapshot payload.
+//!   cross-shard transfers. [`image`]: the snapshot payload. [`archive`]: open from a WAL archive
+//!   and the live log, from LSN 1 (the full recovery drill).
 //! - [`clock`]: where time and randomness come from (logged, never recomputed).
 //!
 //! # Threads
@@ -34,6 +35,7 @@
 //! every transfer has posted both legs or none (ARCHITECTURE.md invariant 4).
 
 pub mod actor;
+pub mod archive;
 pub mod clock;
 pub mod config;
 mod cross_shard;
@@ -47,6 +49,7 @@ pub mod recovery;
 mod routing;
 pub(crate) mod snapshot;
 
+pub use self::archive::ArchiveReplay;
 pub use self::config::{EngineConfig, EngineError, IdempotencyKey, Renderer, Reply, WalFileSystem};
 pub use self::engine::{Engine, WalletScope};
 pub use self::recovery::{

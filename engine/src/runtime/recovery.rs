@@ -44,7 +44,7 @@ impl Engine {
         clock: Arc<dyn Clock>,
         renderer: Arc<dyn Renderer>,
     ) -> Result<(Engine, RecoveryReport), OpenError> {
-        open(config, clock, renderer)
+        open(config, clock, renderer, None)
     }
 }
 
@@ -53,7 +53,11 @@ impl Engine {
 pub struct RecoveryReport {
     /// LSN covered by the snapshot loaded (the oldest of its shards), if one was.
     pub snapshot_lsn: Option<u64>,
+    /// Records replayed, from the archive (see [`RecoveryReport::records_from_archive`]) and the
+    /// live log.
     pub records_replayed: u64,
+    /// Of those, records read from a WAL archive ([`Engine::open_from_archive`]).
+    pub records_from_archive: u64,
     pub events_replayed: u64,
     /// The log's last LSN after recovery.
     pub last_lsn: u64,
@@ -186,6 +190,7 @@ pub(crate) fn open(
     config: EngineConfig,
     clock: Arc<dyn Clock>,
     renderer: Arc<dyn Renderer>,
+    mut archive: Option<super::archive::ArchiveReplay>,
 ) -> Result<(Engine, RecoveryReport), OpenError> {
     let started = Instant::now();
     let count = config.shard_count;
@@ -215,7 +220,11 @@ pub(crate) fn open(
     // 1. The snapshot and the history store, 2. replay (in one pass with the log's own recovery
     // scan): records after the snapshot rebuild the shards, records after the store's last
     // checkpoint are filed into the store.
-    let mut state = Replayed::load(&dir, count)?;
+    // From an archive, replay starts at LSN 1 whatever snapshot there is.
+    let mut state = match archive {
+        Some(_) => Replayed::empty(count)?,
+        None => Replayed::load(&dir, count)?,
+    };
     let store_path = config.data_dir.join(history::STORE_DIR);
     let store = match history::HistoryStore::open(&store_path, config.history.cache_bytes) {
         Ok(store) => Arc::new(store),
@@ -236,17 +245,42 @@ pub(crate) fn open(
         .file_answers(&state.snapshot_answers)
         .map_err(|e| history_error(&store_path, &e))?;
     let store_covers = filer.indexed_lsn;
-    let replay_from = state.replay_from().min(store_covers + 1);
+    if archive.is_some() && store_covers != 0 {
+        return Err(OpenError::History {
+            path: store_path.display().to_string(),
+            reason: format!(
+                "it already covers the log up to LSN {store_covers}; rebuilding from the archive \
+                 needs an empty store: move it aside first"
+            ),
+        });
+    }
+    let mut replay_from = state.replay_from().min(store_covers + 1);
     let (tap, durable_records) = crossbeam_channel::bounded(config.history.queue_batches_max);
     let mut wal_options = config.wal.clone();
     wal_options.durable_tap = Some(tap);
     let mut filing_error = None;
+    let mut progress = archive.as_mut().and_then(|a| a.progress.take());
     let mut visit = |record: wal::RecordRef<'_>| {
         if let Err(error) = filer.add(record.lsn, record.payload) {
             filing_error.get_or_insert(error);
         }
+        if let Some(progress) = progress.as_mut() {
+            progress(record.lsn);
+        }
         state.apply(record)
     };
+    let mut records_from_archive = 0;
+    if let Some(archive) = &archive {
+        let scan = wal::archive::replay_archived(
+            config.file_system.0.as_ref(),
+            &archive.dir,
+            &dir,
+            config.wal.record_bytes_max,
+            &mut visit,
+        )?;
+        replay_from = scan.next_lsn;
+        records_from_archive = scan.records;
+    }
     let opened = wal::Wal::open_with(
         config.file_system.0.clone(),
         &dir,
@@ -459,7 +493,8 @@ pub(crate) fn open(
 
     let report = RecoveryReport {
         snapshot_lsn,
-        records_replayed: recovered.records_replayed,
+        records_replayed: records_from_archive + recovered.records_replayed,
+        records_from_archive,
         events_replayed,
         last_lsn: engine.inner.wal.last_lsn(),
         wallets,
@@ -493,27 +528,32 @@ pub(crate) struct Replayed {
 }
 
 impl Replayed {
+    /// Empty shards, before LSN 1.
+    pub fn empty(count: u32) -> Result<Self, OpenError> {
+        let mut shards = Vec::with_capacity(count as usize);
+        for index in 0..count {
+            let mut shard = Shard::new(index, count)
+                .ok_or_else(|| OpenError::Config("bad shard index".into()))?;
+            shard.set_recall(Recall::Replay);
+            shards.push(shard);
+        }
+        Ok(Replayed {
+            shards,
+            covered: vec![0; count as usize],
+            directory: Directory::new(),
+            table: IdempotencyTable::new(),
+            snapshot_answers: Vec::new(),
+            events_replayed: 0,
+            snapshot: None,
+        })
+    }
+
     /// Loads the newest valid snapshot of `dir`, or empty shards when there is none.
     pub fn load(dir: &std::path::Path, count: u32) -> Result<Self, OpenError> {
         let snapshot = wal::snapshot::load_newest(&wal::fs::StdFs, dir)?;
         let table = IdempotencyTable::new();
         let Some(found) = snapshot else {
-            let mut shards = Vec::with_capacity(count as usize);
-            for index in 0..count {
-                let mut shard = Shard::new(index, count)
-                    .ok_or_else(|| OpenError::Config("bad shard index".into()))?;
-                shard.set_recall(Recall::Replay);
-                shards.push(shard);
-            }
-            return Ok(Replayed {
-                shards,
-                covered: vec![0; count as usize],
-                directory: Directory::new(),
-                table,
-                snapshot_answers: Vec::new(),
-                events_replayed: 0,
-                snapshot: None,
-            });
+            return Self::empty(count);
         };
         let path = found.path.display().to_string();
         let decoded = image::decode(&found.payload).map_err(|e| OpenError::Snapshot {
