@@ -95,10 +95,10 @@ impl Drop for Inner {
 
 /// Releases an idempotency claim when dropped, unless the command logged the key (then the
 /// table holds its pending or answered record, which [`IdempotencyTable::abandon`] leaves alone).
-struct ClaimGuard {
-    table: Arc<IdempotencyTable>,
-    caller: String,
-    key: String,
+pub(crate) struct ClaimGuard {
+    pub(crate) table: Arc<IdempotencyTable>,
+    pub(crate) caller: String,
+    pub(crate) key: String,
 }
 
 impl Drop for ClaimGuard {
@@ -329,7 +329,7 @@ impl Engine {
     /// Runs `work` to completion in its own task, on the caller's tokio runtime when there is one
     /// (the API's), else on shard 0's Arbiter: dropping the returned future stops waiting, never
     /// the work.
-    async fn run_detached<T, F>(&self, work: F) -> Result<T, EngineError>
+    pub(crate) async fn run_detached<T, F>(&self, work: F) -> Result<T, EngineError>
     where
         T: Send + 'static,
         F: std::future::Future<Output = Result<T, EngineError>> + Send + 'static,

@@ -34,6 +34,7 @@
 //! every transfer has posted both legs or none (ARCHITECTURE.md invariant 4).
 
 pub mod actor;
+pub mod batch;
 pub mod clock;
 pub mod config;
 mod cross_shard;
