@@ -13,6 +13,7 @@
 #   scripts/bench-http.sh [--duration S] [--warmup S] [--connections N] [--wallets N]
 #                         [--connections-sweep 1,4,16,64,256] [--sweep-duration S]
 #                         [--mixes "deposit=100 transfer=100 payment=100"] [--fund AMOUNT]
+#                         [--batch-sizes "100 1000"] [--batch-connections 8]
 #                         [--perf S] [--client raw|hyper] [--fsync always|never] [--out DIR]
 #                         [--same-server] [--no-build]
 #
@@ -42,6 +43,8 @@ WALLETS=100
 SWEEP=""
 SWEEP_DURATION=10
 MIXES="deposit=100 transfer=100 payment=100"
+BATCH_SIZES="100 1000"
+BATCH_CONNECTIONS=8
 # Each customer's funding: payments move money to the merchant for good (refunds are partial), so
 # a payer with too little runs dry within seconds and the run would measure refusals.
 FUND=1000000.00
@@ -63,6 +66,8 @@ while [ $# -gt 0 ]; do
         --connections-sweep) SWEEP="$2"; shift 2 ;;
         --sweep-duration) SWEEP_DURATION="$2"; shift 2 ;;
         --mixes) MIXES="$2"; shift 2 ;;
+        --batch-sizes) BATCH_SIZES="$2"; shift 2 ;;
+        --batch-connections) BATCH_CONNECTIONS="$2"; shift 2 ;;
         --fund) FUND="$2"; shift 2 ;;
         --perf) PERF_SECONDS="$2"; shift 2 ;;
         --client) CLIENT="$2"; shift 2 ;;
@@ -77,11 +82,12 @@ done
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
-OUT="${OUT:-$ROOT/target/bench-http/$(date +%Y%m%d-%H%M%S)}"
+TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
+OUT="${OUT:-$TARGET_DIR/bench-http/$(date +%Y%m%d-%H%M%S)}"
 mkdir -p "$OUT"
 OUT="$(cd "$OUT" && pwd)"
-WALLETD="$ROOT/target/release/walletd"
-LOAD="$ROOT/target/release/walletd-load"
+WALLETD="$TARGET_DIR/release/walletd"
+LOAD="$TARGET_DIR/release/walletd-load"
 
 # Every command that matters is printed as it runs and kept in commands.txt (say, run).
 # shellcheck source=scripts/lib.sh
@@ -143,6 +149,7 @@ FAILED=0
 # load NAME TARGET MIX CONNECTIONS DURATION CSV: one walletd-load run; JSON in $OUT/NAME.json.
 load() {
     local name="$1" target="$2" mix="$3" connections="$4" duration="$5" csv="$6"
+    local extra=("${@:7}")
     local where pid rc=0
     if [ "$target" = walletd ]; then
         if [ "$SAME_SERVER" = 0 ]; then start_walletd "$name"; fi
@@ -153,7 +160,7 @@ load() {
     echo "== $name: load average $(cut -d' ' -f1-3 /proc/loadavg)" >&2
     run "$LOAD" "${where[@]}" --mix "$mix" --connections "$connections" --wallets "$WALLETS" \
         --duration "$duration" --warmup "$WARMUP" --client "$CLIENT" --server-pid "$pid" \
-        --label "$name" --csv "$csv" --json >"$OUT/$name.json" 2> >(tee "$OUT/$name.log" >&2) || rc=$?
+        --label "$name" --csv "$csv" "${extra[@]}" --json >"$OUT/$name.json" 2> >(tee "$OUT/$name.log" >&2) || rc=$?
     if [ "$rc" != 0 ]; then
         echo "bench-http.sh: $name exited with $rc (1: the audit failed; see $OUT/$name.log)" >&2
         FAILED=1
@@ -170,6 +177,13 @@ for mix in $MIXES; do
     op="${mix%%=*}"
     load "walletd-$op" walletd "$mix" "$CONNECTIONS" "$DURATION" "$OUT/runs.csv"
     load "baseline-$op" baseline "$(baseline_mix "$mix")" "$CONNECTIONS" "$DURATION" "$OUT/runs.csv"
+done
+
+# Transfer batches (issue 15): POST /v1/transfers/batch of $size transfers over
+# $BATCH_CONNECTIONS connections, beside the single-request and bare-server rows above. The row's
+# transfer rate counts batches: transfers/s = its rate x the batch size.
+for size in $BATCH_SIZES; do
+    load "walletd-transfer-batch$size" walletd "transfer=100" "$BATCH_CONNECTIONS" "$DURATION" "$OUT/runs.csv" --batch "$size"
 done
 
 if [ -n "$SWEEP" ]; then

@@ -100,6 +100,8 @@ operations! {
     GetTransactionReport => (GET, "/v1/reports/transactions", "getTransactionReport", BusinessFinance, Some(Scan), false),
     ReceiveProviderWebhook => (POST, "/v1/webhooks/{provider}", "receiveProviderWebhook", Public, Some(Webhook), false),
     GetPaymentLink => (GET, "/v1/payment-links/{linkUuid}", "getPaymentLink", Authenticated, None, false),
+    // Unclassed like createTransfer: a batch is one request however many items it holds.
+    CreateTransferBatch => (POST, "/v1/transfers/batch", "createTransferBatch", CustomerOrBusiness, None, false),
 }
 
 impl Op {

@@ -4,7 +4,9 @@ use crate::app::SharedApp;
 use crate::routes::Op;
 
 use super::call::{Call, Handled};
-use super::{identity, merchants, money, payments, payouts, reports, system, wallets, webhooks};
+use super::{
+    batch, identity, merchants, money, payments, payouts, reports, system, wallets, webhooks,
+};
 
 /// Runs the handler of `call.op`.
 pub async fn dispatch(app: &SharedApp, call: Call) -> Handled {
@@ -29,6 +31,7 @@ pub async fn dispatch(app: &SharedApp, call: Call) -> Handled {
         Op::ListWalletHolds => wallets::holds(app, &call).await,
         Op::DepositWallet | Op::WithdrawWallet => money::deposit_or_withdraw(app, &call).await,
         Op::CreateTransfer => money::transfer(app, &call).await,
+        Op::CreateTransferBatch => batch::transfer_batch(app, &call).await,
         Op::RefundWalletTransaction => money::refund(app, &call).await,
         Op::ReverseLedgerPair => money::reverse(app, &call).await,
         Op::HoldWalletFunds => money::place_hold(app, &call).await,

@@ -9,6 +9,7 @@
 //! [`call`] holds those helpers, [`dispatch`] maps each operation to its handler; one file per
 //! concern holds the handlers.
 
+pub mod batch;
 pub mod call;
 mod dispatch;
 pub mod identity;

@@ -69,7 +69,7 @@ pub async fn deposit_or_withdraw(app: &SharedApp, call: &Call) -> Handled {
 }
 
 #[derive(Deserialize)]
-struct Transfer {
+pub(crate) struct Transfer {
     from_wallet_id: u64,
     to_wallet_id: u64,
     #[serde(deserialize_with = "deserialize_decimal")]
@@ -77,15 +77,30 @@ struct Transfer {
     currency_code: String,
     #[serde(default)]
     description: Option<String>,
+    /// Batch items only: the client's reference, kept as the transaction's external reference.
+    #[serde(default)]
+    pub(crate) reference: Option<String>,
 }
 
 pub async fn transfer(app: &SharedApp, call: &Call) -> Handled {
     let body: Transfer = call.json()?;
+    let args = transfer_args(app, call, body, call.idempotency_key()?).await?;
+    run(app, call, Command::Transfer(args)).await
+}
+
+/// A transfer request checked and turned into its command: the one path of `POST /transfers`
+/// and of every item of `POST /transfers/batch` (validation, scope, who may move money out).
+pub(crate) async fn transfer_args(
+    app: &SharedApp,
+    call: &Call,
+    body: Transfer,
+    idempotency_key: Option<String>,
+) -> Result<TransferArgs, ApiError> {
     let source = wallet_field(body.from_wallet_id, "from_wallet_id")?;
     let target = wallet_field(body.to_wallet_id, "to_wallet_id")?;
     let wallet = authorized_wallet(app, call, source).await?;
     call.principal()?.require_money_out(&wallet)?;
-    let command = Command::Transfer(TransferArgs {
+    Ok(TransferArgs {
         source_wallet_id: source,
         target_wallet_id: target,
         amount: body.amount,
@@ -93,11 +108,10 @@ pub async fn transfer(app: &SharedApp, call: &Call) -> Handled {
         details: Details {
             description: body.description,
             external_reference: None,
-            idempotency_key: call.idempotency_key()?,
+            idempotency_key,
             meta: None,
         },
-    });
-    run(app, call, command).await
+    })
 }
 
 /// The wallet holding transaction `uuid`, checked against the caller's scope.

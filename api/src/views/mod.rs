@@ -9,6 +9,7 @@
 //! ones ([`fields`], [`envelope`]); [`outcome`] sits on top and picks the view for a command's
 //! result by route.
 
+mod batch;
 mod envelope;
 mod fields;
 mod ledger;
@@ -19,6 +20,7 @@ mod payouts;
 mod tests;
 mod webhooks;
 
+pub use batch::*;
 pub use envelope::*;
 pub use fields::*;
 pub use ledger::*;

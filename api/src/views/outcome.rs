@@ -26,6 +26,7 @@ pub fn render_outcome(route: u16, outcome: &Outcome) -> Rendered {
         return super::webhooks::webhook_answer(&Ok(outcome.clone()));
     }
     match outcome {
+        Outcome::TransferBatch(answer) => super::batch::render_batch(answer),
         Outcome::Wallet(view) => wrapped(status, wallet(view), refund),
         Outcome::Transaction(view)
         | Outcome::TransferReserved {

@@ -93,6 +93,11 @@ pub struct LoadArgs {
     /// resolves the outcome instead of leaving it unknown).
     #[arg(long)]
     pub idempotency: bool,
+    /// Transfers per request: above 1, each transfer of the mix is a `POST /v1/transfers/batch`
+    /// of this many items from one wallet to others (the report's transfer rows then count
+    /// batches; transfers/s is their rate times this).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=8190))]
+    pub batch: u32,
     /// Amount deposited into each wallet during setup.
     #[arg(long, default_value = "10000.00", value_parser = parse_amount)]
     pub fund: i64,

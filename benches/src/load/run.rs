@@ -67,6 +67,8 @@ struct Shared {
     seed: u64,
     nonce: u64,
     idempotency: bool,
+    /// `--batch`: transfers per request.
+    batch: u32,
     admin: Arc<str>,
     wallets: Vec<Wallet>,
     /// The merchant payments go to (mixes with payments).
@@ -163,6 +165,7 @@ async fn run(args: LoadArgs, seed: u64) -> Result<i32, String> {
         seed,
         nonce,
         idempotency: args.idempotency,
+        batch: args.batch,
         admin: setup.admin.clone(),
         wallets: setup.wallets.clone(),
         merchant: setup.merchant.as_ref().map(|m| MerchantTarget {
@@ -470,7 +473,72 @@ fn parse_payment(body: &[u8]) -> Option<(String, Option<i64>)> {
     Some((id, net))
 }
 
+/// What `POST /v1/transfers/batch` answers per item.
+#[derive(serde::Deserialize)]
+struct BatchAnswer {
+    data: BatchData,
+}
+
+#[derive(serde::Deserialize)]
+struct BatchData {
+    results: Vec<BatchResult>,
+}
+
+#[derive(serde::Deserialize)]
+struct BatchResult {
+    status: bool,
+}
+
 impl Worker {
+    /// `--batch N`: N transfers from wallet `pick` to others in one request; the model learns
+    /// each item's effect from its own result.
+    async fn transfer_batch(&mut self, pick: usize, rng: &mut Rng) {
+        let wallets = self.shared.wallets.len();
+        let mut items = Vec::with_capacity(self.shared.batch as usize);
+        let mut body = String::from("{\"transfers\":[");
+        for index in 0..self.shared.batch {
+            let mut other = rng.below(wallets as u64 - 1) as usize;
+            if other >= pick {
+                other += 1;
+            }
+            let cents = rng.between(100, 5_000);
+            if index > 0 {
+                body.push(',');
+            }
+            body.push_str(&format!(
+                "{{\"from_wallet_id\":{},\"to_wallet_id\":{},\"amount\":{},\"currency_code\":\"YER\"}}",
+                self.wallet_id(pick),
+                self.wallet_id(other),
+                cents_text(cents)
+            ));
+            items.push((other, cents));
+        }
+        body.push_str("]}");
+        let token = self.token(pick);
+        let request = self.write("/v1/transfers/batch".into(), token, body);
+        let answer = self.exchange(Kind::Transfer, &request).await;
+        let posted: Option<Vec<bool>> = match &answer {
+            Answer::Ok(response) => serde_json::from_slice::<BatchAnswer>(&response.body)
+                .ok()
+                .map(|a| a.data.results.iter().map(|r| r.status).collect())
+                .filter(|posted: &Vec<bool>| posted.len() == items.len()),
+            _ => None,
+        };
+        if matches!(answer, Answer::Ok(_)) && posted.is_none() {
+            self.odd_answer(Kind::Transfer, "batch answer without one result per item");
+        }
+        for (index, (other, cents)) in items.into_iter().enumerate() {
+            let effect = match (&answer, &posted) {
+                (Answer::Ok(_), Some(posted)) if posted.get(index) == Some(&true) => {
+                    Effect::Applied
+                }
+                (Answer::Ok(_), Some(_)) | (Answer::Refused, _) => Effect::None,
+                _ => Effect::Unknown,
+            };
+            self.model.transfer(pick, other, cents, effect);
+        }
+    }
+
     async fn step(&mut self, op: Op, rng: &mut Rng) {
         let wallets = self.shared.wallets.len();
         let pick = rng.below(wallets as u64) as usize;
@@ -495,6 +563,7 @@ impl Worker {
                 let answer = self.exchange(Kind::Withdraw, &request).await;
                 self.model.withdraw(pick, cents, answer.effect());
             }
+            Op::Transfer if self.shared.batch > 1 => self.transfer_batch(pick, rng).await,
             Op::Transfer => {
                 let mut other = rng.below(wallets as u64 - 1) as usize;
                 if other >= pick {

@@ -54,6 +54,12 @@ pub enum Answer {
     Given(Box<Outcome>),
     /// The view of a payment of this shard after the command (a finished cross-shard refund).
     Payment(Uuid),
+    /// A whole transfer batch answered by one [`ExecuteBatch`]: the template holds the items
+    /// decided before the engine (`Some`), and `None` where this message's results go, in order.
+    Batch {
+        atomic: bool,
+        template: Vec<Option<crate::shard::command::BatchItemResult>>,
+    },
 }
 
 /// An idempotency key riding along with a command.
@@ -307,6 +313,8 @@ impl ShardActor {
                         self.readable_answer(&view, &events)?;
                         Some(self.renderer.render(route, &view))
                     }
+                    // Only batches carry a template; a single command renders its own result.
+                    Answer::Batch { .. } => Some(self.renderer.render(route, &result)),
                 };
                 record.response.clone_from(&response);
                 if response.is_some() {
@@ -343,22 +351,25 @@ impl ShardActor {
                 .push_back((self.shard.command_stamp(), ticket.lsn()));
         }
         if let Some(record) = idempotency {
-            // Stored now, tagged with its LSN: shown to retries only once durable.
-            let lsn = ticket.lsn();
-            self.idempotency.record(&record, lsn);
-            // The indexer drops a filed answer after publishing its progress; if it filed this
-            // one before it was stored here, it found nothing to drop, and this side does.
-            if record.response.is_some()
-                && self
-                    .history
-                    .as_ref()
-                    .is_some_and(|history| history.progress().indexed_lsn >= lsn)
-            {
-                self.idempotency
-                    .forget_filed(&(record.caller, record.key), lsn);
-            }
+            self.keep_key(record, ticket.lsn());
         }
         Ok((Executed { result, response }, Some(ticket)))
+    }
+
+    /// Stores a key logged at `lsn` in the table, tagged with that LSN: shown to retries only
+    /// once durable. The indexer drops a filed answer after publishing its progress; if it filed
+    /// this one before it was stored here, it found nothing to drop, and this side does.
+    fn keep_key(&self, record: IdempotencyRecord, lsn: u64) {
+        self.idempotency.record(&record, lsn);
+        if record.response.is_some()
+            && self
+                .history
+                .as_ref()
+                .is_some_and(|history| history.progress().indexed_lsn >= lsn)
+        {
+            self.idempotency
+                .forget_filed(&(record.caller, record.key), lsn);
+        }
     }
 
     /// Encodes and appends one command's record. Memory already holds the command's effects, so
@@ -533,6 +544,212 @@ impl<R: Send + 'static> Handler<ReadDirectory<R>> for ShardActor {
         };
         let value = (read.0)(directory);
         Ok(self.after_durable(value))
+    }
+}
+
+/// Run several commands on the shard as one message: decided and applied in order, logged as one
+/// WAL record, answered once that record is durable (`super::batch` describes the protocol).
+///
+/// `atomic`: all or none. At the first refusal the commands already applied are undone in
+/// reverse order by their compensations ([`compensation`]) inside the same handler call, so
+/// nothing else on the shard interleaves and each undo finds exactly the state its command left;
+/// the record then holds the commands and their undoing, and every other result is `NotPosted`.
+pub struct ExecuteBatch {
+    pub commands: Vec<(Command, Context)>,
+    pub atomic: bool,
+    pub claim: Option<Claim>,
+}
+
+/// What a batch message did, once durable.
+#[derive(Debug)]
+pub struct BatchExecuted {
+    /// One per command, in order. In an atomic batch that failed, only the failing command's
+    /// rejection; the others are answered `NotPosted` by [`BatchExecuted::failed`].
+    pub results: Vec<Result<Outcome, Rejection>>,
+    /// Atomic batches: the index of the first command refused (nothing of the message stayed).
+    pub failed: Option<usize>,
+    /// The rendered answer, when the message carried a claim with a renderer.
+    pub response: Option<Vec<u8>>,
+}
+
+impl Message for ExecuteBatch {
+    type Result = Result<Durable<BatchExecuted>, EngineError>;
+}
+
+/// Log an idempotency record on its own (the answer of a batch that spanned several messages).
+pub struct LogAnswer(pub Claim);
+
+impl Message for LogAnswer {
+    type Result = Result<Durable<Option<Vec<u8>>>, EngineError>;
+}
+
+/// The command that undoes an applied batch command, or `None` when it cannot be undone.
+fn compensation(outcome: &Outcome) -> Option<Command> {
+    match outcome {
+        Outcome::Transaction(view) => Some(Command::Reverse {
+            transaction_uuid: view.uuid,
+            reason: "atomic transfer batch aborted".into(),
+        }),
+        Outcome::TransferReserved { transfer, .. } => Some(Command::TransferRelease {
+            transfer_uuid: transfer.uuid,
+        }),
+        _ => None,
+    }
+}
+
+impl ShardActor {
+    /// Decide and apply a batch's commands in order (see [`ExecuteBatch`]); returns the events
+    /// of all of them, their results and the failing index of an atomic batch.
+    #[allow(clippy::type_complexity)]
+    fn run_batch(
+        &mut self,
+        commands: &[(Command, Context)],
+        atomic: bool,
+    ) -> Result<
+        (
+            Vec<crate::shard::event::Event>,
+            Vec<Result<Outcome, Rejection>>,
+            Option<usize>,
+        ),
+        EngineError,
+    > {
+        let mut events = Vec::new();
+        let mut results = Vec::with_capacity(commands.len());
+        for (index, (command, context)) in commands.iter().enumerate() {
+            match self.shard.execute(command, context) {
+                Ok((mut decided, outcome)) => {
+                    events.append(&mut decided);
+                    results.push(Ok(outcome));
+                }
+                Err(ExecuteError::Rejected(rejection)) if atomic => {
+                    // Undo what this message applied, newest first: each compensation meets
+                    // exactly the state its command left, so it cannot be refused.
+                    for done in results.iter().rev() {
+                        let Ok(outcome) = done else { continue };
+                        let Some(undo) = compensation(outcome) else {
+                            return Err(
+                                self.fail(format!("an atomic batch cannot undo {outcome:?}"))
+                            );
+                        };
+                        match self.shard.execute(&undo, context) {
+                            Ok((mut undone, _)) => events.append(&mut undone),
+                            Err(error) => {
+                                return Err(self.fail(format!(
+                                    "undoing an atomic batch's command failed: {error}"
+                                )))
+                            }
+                        }
+                    }
+                    let mut answer = vec![Err(Rejection::InvalidState("not posted")); index];
+                    answer.push(Err(rejection));
+                    return Ok((events, answer, Some(index)));
+                }
+                Err(ExecuteError::Rejected(rejection)) => results.push(Err(rejection)),
+                Err(ExecuteError::Corrupt(error)) => {
+                    return Err(self.fail(format!("applying decided events failed: {error}")))
+                }
+            }
+        }
+        Ok((events, results, None))
+    }
+
+    /// Logs `events` and the claim's record in one entry (nothing when both are empty) and
+    /// answers with the ticket that makes them durable.
+    fn log_batch(
+        &mut self,
+        events: Vec<crate::shard::event::Event>,
+        idempotency: Option<IdempotencyRecord>,
+    ) -> Result<Option<wal::Append>, EngineError> {
+        if events.is_empty() && idempotency.is_none() {
+            return Ok(None);
+        }
+        let entry = JournalEntry {
+            shard: self.shard.shard_index(),
+            events,
+            directory: Vec::new(),
+            idempotency,
+        };
+        let ticket = self.append(&entry)?;
+        if self.history.is_some() {
+            self.unfiled
+                .push_back((self.shard.command_stamp(), ticket.lsn()));
+        }
+        if let Some(record) = entry.idempotency {
+            self.keep_key(record, ticket.lsn());
+        }
+        Ok(Some(ticket))
+    }
+}
+
+impl Handler<ExecuteBatch> for ShardActor {
+    type Result = Result<Durable<BatchExecuted>, EngineError>;
+
+    fn handle(&mut self, message: ExecuteBatch, _: &mut Self::Context) -> Self::Result {
+        if let Some(reason) = &self.failed {
+            return Err(EngineError::Unavailable(reason.clone()));
+        }
+        let (events, results, failed) = self.run_batch(&message.commands, message.atomic)?;
+        let (response, idempotency) = match message.claim {
+            Some(Claim { mut record, answer }) => {
+                let response = match answer {
+                    Answer::Batch { atomic, template } => {
+                        let answer = super::batch::assemble(atomic, template, &results, failed);
+                        let outcome = Ok(Outcome::TransferBatch(Box::new(answer)));
+                        Some(self.renderer.render(record.route, &outcome))
+                    }
+                    // The first message of a batch that spans several: the key is pending.
+                    _ => None,
+                };
+                record.response.clone_from(&response);
+                if response.is_some() {
+                    // The retention window runs from when the answer was decided.
+                    record.at_ms = self.clock.now_ms();
+                }
+                (response, Some(record))
+            }
+            None => (None, None),
+        };
+        let executed = BatchExecuted {
+            results,
+            failed,
+            response,
+        };
+        match self.log_batch(events, idempotency)? {
+            Some(ticket) => Ok(Durable {
+                value: executed,
+                ticket,
+            }),
+            None => Ok(self.after_durable(executed)),
+        }
+    }
+}
+
+impl Handler<LogAnswer> for ShardActor {
+    type Result = Result<Durable<Option<Vec<u8>>>, EngineError>;
+
+    fn handle(&mut self, message: LogAnswer, _: &mut Self::Context) -> Self::Result {
+        if let Some(reason) = &self.failed {
+            return Err(EngineError::Unavailable(reason.clone()));
+        }
+        let Claim { mut record, answer } = message.0;
+        let response = match answer {
+            Answer::Given(outcome) => Some(self.renderer.render(record.route, &Ok(*outcome))),
+            Answer::Rejected(rejection) => {
+                Some(self.renderer.render(record.route, &Err(rejection)))
+            }
+            _ => None,
+        };
+        record.response.clone_from(&response);
+        if response.is_some() {
+            record.at_ms = self.clock.now_ms();
+        }
+        match self.log_batch(Vec::new(), Some(record))? {
+            Some(ticket) => Ok(Durable {
+                value: response,
+                ticket,
+            }),
+            None => Ok(self.after_durable(response)),
+        }
     }
 }
 

@@ -95,16 +95,24 @@ impl Drop for Inner {
 
 /// Releases an idempotency claim when dropped, unless the command logged the key (then the
 /// table holds its pending or answered record, which [`IdempotencyTable::abandon`] leaves alone).
-struct ClaimGuard {
-    table: Arc<IdempotencyTable>,
-    caller: String,
-    key: String,
+pub(crate) struct ClaimGuard {
+    pub(crate) table: Arc<IdempotencyTable>,
+    pub(crate) caller: String,
+    pub(crate) key: String,
 }
 
 impl Drop for ClaimGuard {
     fn drop(&mut self) {
         self.table.abandon(&self.caller, &self.key);
     }
+}
+
+/// What [`Engine::claim`] found for a key.
+pub(crate) enum Claimed {
+    /// New: the request runs, holding the claim.
+    Fresh(ClaimGuard),
+    /// Answered before: the stored answer, replayed.
+    Answered(Reply),
 }
 
 #[derive(Default)]
@@ -252,14 +260,10 @@ impl Engine {
         .await
     }
 
-    /// Executes a command under an idempotency key. A repeat of the same request gets the first
-    /// answer again (`replayed`); another request under the same key, or one while the first is
-    /// still running, is refused.
-    pub async fn execute_idempotent(
-        &self,
-        command: Command,
-        key: IdempotencyKey,
-    ) -> Result<Reply, EngineError> {
+    /// Claims `key` for a new request, or answers it: a replay of the stored answer (from memory
+    /// or from the store), or why the key cannot be used now. The guard releases the claim on
+    /// every path on which the command leaves no record.
+    pub(crate) fn claim(&self, key: &IdempotencyKey) -> Result<Claimed, EngineError> {
         let table = &self.inner.idempotency;
         let cutoff_ms = self
             .inner
@@ -275,10 +279,10 @@ impl Engine {
             cutoff_ms,
         ) {
             Begin::Replay(response) => {
-                return Ok(Reply {
+                return Ok(Claimed::Answered(Reply {
                     response,
                     replayed: true,
-                })
+                }))
             }
             Begin::Reused => return Err(EngineError::IdempotencyKeyReused),
             Begin::InFlight => return Err(EngineError::IdempotencyInFlight),
@@ -302,23 +306,37 @@ impl Engine {
                 &key.fingerprint,
                 key.legacy_fingerprint.as_ref(),
             ) {
-                Ok(Reply {
+                Ok(Claimed::Answered(Reply {
                     response: filed.response,
                     replayed: true,
-                })
+                }))
             } else {
                 Err(EngineError::IdempotencyKeyReused)
             };
         }
+        Ok(Claimed::Fresh(ClaimGuard {
+            table: Arc::clone(table),
+            caller: key.caller.clone(),
+            key: key.key.clone(),
+        }))
+    }
+
+    /// Executes a command under an idempotency key. A repeat of the same request gets the first
+    /// answer again (`replayed`); another request under the same key, or one while the first is
+    /// still running, is refused.
+    pub async fn execute_idempotent(
+        &self,
+        command: Command,
+        key: IdempotencyKey,
+    ) -> Result<Reply, EngineError> {
+        let guard = match self.claim(&key)? {
+            Claimed::Answered(reply) => return Ok(reply),
+            Claimed::Fresh(guard) => guard,
+        };
         // From here the key is claimed: the guard releases the claim on every path on which the
         // command left no record (a refusal before the log, a dropped message, a panic), and the
         // command runs in its own task, so a client that hangs up neither stops it halfway nor
         // leaves the key `in progress` (ARCHITECTURE.md invariant 11).
-        let guard = ClaimGuard {
-            table: Arc::clone(table),
-            caller: key.caller.clone(),
-            key: key.key.clone(),
-        };
         let record = IdempotencyRecord {
             caller: key.caller.clone(),
             key: key.key.clone(),
@@ -361,7 +379,7 @@ impl Engine {
     /// Runs `work` to completion in its own task, on the caller's tokio runtime when there is one
     /// (the API's), else on shard 0's Arbiter: dropping the returned future stops waiting, never
     /// the work.
-    async fn run_detached<T, F>(&self, work: F) -> Result<T, EngineError>
+    pub(crate) async fn run_detached<T, F>(&self, work: F) -> Result<T, EngineError>
     where
         T: Send + 'static,
         F: std::future::Future<Output = Result<T, EngineError>> + Send + 'static,

@@ -36,6 +36,7 @@
 
 pub mod actor;
 pub mod archive;
+pub mod batch;
 pub mod clock;
 pub mod config;
 mod cross_shard;

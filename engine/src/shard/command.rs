@@ -477,6 +477,31 @@ pub enum Outcome {
     Qr(QrView),
     Payout(PayoutView),
     Settlement(SettlementView),
+    /// A batch of transfers (`POST /v1/transfers/batch`): one result per item, in order. Never
+    /// returned by `Shard::execute`; the runtime assembles it (`runtime::batch`).
+    TransferBatch(Box<BatchAnswer>),
+}
+
+/// What became of one item of a transfer batch.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum BatchItemResult {
+    /// Posted: the source's debit side, as a single transfer answers it.
+    Posted(Box<TransactionView>),
+    /// The engine refused it (or, in an atomic batch, it is the item that failed).
+    Rejected(Rejection),
+    /// The API refused it before it reached the engine: its rendered error, opaque here.
+    Refused(Vec<u8>),
+    /// Not posted because another item of its atomic batch failed.
+    NotPosted,
+}
+
+/// The answer to a transfer batch.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BatchAnswer {
+    pub atomic: bool,
+    pub items: Vec<BatchItemResult>,
+    /// Atomic batches: the first item that failed (then nothing was posted).
+    pub failed: Option<usize>,
 }
 
 /// A page request: 1-based page number, 1..=100 records a page.

@@ -1,0 +1,402 @@
+//! `POST /v1/transfers/batch` over HTTP (issue 15): mixed success and failure, atomic rollback,
+//! cross-shard items on 4 shards, replay under an Idempotency-Key, bodies refused whole, and a
+//! SIGKILL in the middle of batch traffic followed by the crash drill's audit.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use rust_decimal::Decimal;
+use serde_json::{json, Value};
+use walletd_tests::server::{dec, Customer, Options, Server, PLATFORM_BUSINESS_ID};
+
+const BATCH: &str = "/v1/transfers/batch";
+
+fn item(from: u64, to: u64, amount: &str) -> Value {
+    json!({"from_wallet_id": from, "to_wallet_id": to, "amount": serde_json::from_str::<Value>(amount).unwrap(), "currency_code": "YER"})
+}
+
+fn funded(server: &Server, amount: &str) -> Customer {
+    let customer = server.register_customer();
+    server.deposit(&server.admin_token(), customer.wallet_id, amount);
+    customer
+}
+
+fn balance(server: &Server, wallet_id: u64) -> Decimal {
+    server.balances(&server.admin_token(), wallet_id).balance
+}
+
+fn codes(answer: &Value) -> Vec<String> {
+    answer["data"]["results"]
+        .as_array()
+        .expect("results")
+        .iter()
+        .map(|item| {
+            if item["status"] == Value::Bool(true) {
+                "ok".to_owned()
+            } else {
+                item["error"]["code"].as_str().unwrap_or("?").to_owned()
+            }
+        })
+        .collect()
+}
+
+#[test]
+fn mixed_batch_posts_the_good_items_and_answers_each_in_order() {
+    let server = Server::start();
+    let alice = funded(&server, "100.00");
+    let bob = server.register_customer();
+    let carol = funded(&server, "50.00");
+    let body = json!({"transfers": [
+        item(alice.wallet_id, bob.wallet_id, "10.00"),
+        item(alice.wallet_id, bob.wallet_id, "1000.00"),   // insufficient funds
+        item(alice.wallet_id, 999_999, "1.00"),            // unknown target
+        item(carol.wallet_id, bob.wallet_id, "5.00"),      // not alice's wallet: hidden, 404
+        {"from_wallet_id": alice.wallet_id, "to_wallet_id": bob.wallet_id, "amount": "5", "currency_code": "YER"},
+        item(alice.wallet_id, bob.wallet_id, "0.001"),     // too many decimals for YER
+        {"from_wallet_id": alice.wallet_id, "to_wallet_id": bob.wallet_id, "amount": 2.50, "currency_code": "YER", "description": "rent", "reference": "inv-7"},
+    ]});
+    let answer = server.post_expect(BATCH, Some(&alice.token), &body.to_string(), 200);
+    assert_eq!(
+        codes(&answer),
+        [
+            "ok",
+            "insufficient_funds",
+            "not_found",
+            "not_found",
+            "validation_failed",
+            "invalid_amount",
+            "ok"
+        ],
+        "{answer}"
+    );
+    assert_eq!(answer["data"]["posted"], 2);
+    assert_eq!(answer["data"]["failed"], 5);
+    // A posted item is the transfer as POST /v1/transfers renders it: the debit side.
+    let first = &answer["data"]["results"][0]["data"];
+    assert_eq!(first["wallet_id"], alice.wallet_id);
+    assert_eq!(first["transaction_type"], "transfer");
+    let last = &answer["data"]["results"][6]["data"];
+    assert_eq!(last["description"], "rent");
+    assert_eq!(last["external_reference"], "inv-7");
+    assert_eq!(balance(&server, alice.wallet_id), dec("87.50"));
+    assert_eq!(balance(&server, bob.wallet_id), dec("12.50"));
+    assert_eq!(balance(&server, carol.wallet_id), dec("50.00"));
+    // The same single transfer is refused the same way the item was.
+    let single = server.post(
+        "/v1/transfers",
+        Some(&alice.token),
+        &item(carol.wallet_id, bob.wallet_id, "5.00").to_string(),
+    );
+    assert_eq!(single.status, 404);
+}
+
+#[test]
+fn atomic_batch_posts_all_or_nothing() {
+    let server = Server::start();
+    let alice = funded(&server, "100.00");
+    let bob = server.register_customer();
+    // The third item overdraws only together with the first two: nothing may stay posted.
+    let body = json!({"atomic": true, "transfers": [
+        item(alice.wallet_id, bob.wallet_id, "40.00"),
+        item(alice.wallet_id, bob.wallet_id, "40.00"),
+        item(alice.wallet_id, bob.wallet_id, "40.00"),
+    ]});
+    let refused = server.post(BATCH, Some(&alice.token), &body.to_string());
+    assert_eq!(refused.status, 422, "{}", refused.text());
+    let refused = refused.json();
+    assert_eq!(refused["error"]["code"], "insufficient_funds", "{refused}");
+    assert_eq!(refused["error"]["details"]["failed_index"], 2);
+    let results = &refused["error"]["details"]["results"];
+    assert_eq!(results[0]["error"]["code"], "batch_aborted");
+    assert_eq!(results[2]["error"]["code"], "insufficient_funds");
+    assert_eq!(balance(&server, alice.wallet_id), dec("100.00"));
+    assert_eq!(balance(&server, bob.wallet_id), dec("0.00"));
+    // An item refused before the engine (another's wallet) refuses the batch the same way.
+    let carol = funded(&server, "10.00");
+    let body = json!({"atomic": true, "transfers": [
+        item(alice.wallet_id, bob.wallet_id, "1.00"),
+        item(carol.wallet_id, bob.wallet_id, "1.00"),
+    ]});
+    let refused = server.post(BATCH, Some(&alice.token), &body.to_string());
+    assert_eq!(refused.status, 404, "{}", refused.text());
+    assert_eq!(refused.json()["error"]["details"]["failed_index"], 1);
+    assert_eq!(balance(&server, alice.wallet_id), dec("100.00"));
+    // All fit: all post.
+    let body = json!({"atomic": true, "transfers": [
+        item(alice.wallet_id, bob.wallet_id, "40.00"),
+        item(alice.wallet_id, bob.wallet_id, "60.00"),
+    ]});
+    let answer = server.post_expect(BATCH, Some(&alice.token), &body.to_string(), 200);
+    assert_eq!(codes(&answer), ["ok", "ok"]);
+    assert_eq!(balance(&server, alice.wallet_id), dec("0.00"));
+    assert_eq!(balance(&server, bob.wallet_id), dec("100.00"));
+    // The refused attempt left every ledger verifiable.
+    let auditor = server.create_employee(PLATFORM_BUSINESS_ID, &["restricted_auditor"]);
+    for wallet in [alice.wallet_id, bob.wallet_id] {
+        let report = server.get_ok(
+            &format!("/v1/wallets/{wallet}/verify-integrity"),
+            &auditor.token,
+        );
+        assert_eq!(report["data"]["valid"], Value::Bool(true), "{report}");
+    }
+}
+
+/// Customers whose wallets live on each of `shards` shards (at least `per_shard` each).
+fn spread(server: &Server, shards: u32, per_shard: usize, amount: &str) -> Vec<Vec<Customer>> {
+    let mut by_shard: Vec<Vec<Customer>> = (0..shards).map(|_| Vec::new()).collect();
+    while by_shard.iter().any(|c| c.len() < per_shard) {
+        let customer = funded(server, amount);
+        let shard = engine::shard_of(customer.wallet_id, shards) as usize;
+        by_shard[shard].push(customer);
+    }
+    by_shard
+}
+
+#[test]
+fn cross_shard_items_post_on_four_shards() {
+    let server = Server::start_with(Options {
+        shards: Some(4),
+        ..Options::default()
+    });
+    let by_shard = spread(&server, 4, 2, "100.00");
+    let payer = &by_shard[0][0];
+    let mut transfers = Vec::new();
+    for (shard, customers) in by_shard.iter().enumerate() {
+        for customer in customers {
+            if customer.wallet_id != payer.wallet_id {
+                transfers.push(item(payer.wallet_id, customer.wallet_id, "3.00"));
+            }
+        }
+        assert!(!customers.is_empty(), "shard {shard} has wallets");
+    }
+    // One item the target's currency refuses after the reserve: released, the rest posted.
+    transfers.push(json!({"from_wallet_id": payer.wallet_id, "to_wallet_id": by_shard[1][0].wallet_id, "amount": 1, "currency_code": "USD"}));
+    let count = transfers.len();
+    let answer = server.post_expect(
+        BATCH,
+        Some(&payer.token),
+        &json!({ "transfers": transfers }).to_string(),
+        200,
+    );
+    let codes = codes(&answer);
+    assert_eq!(codes.len(), count);
+    assert!(codes[..count - 1].iter().all(|c| c == "ok"), "{answer}");
+    assert_eq!(codes[count - 1], "currency_mismatch", "{answer}");
+    let paid = Decimal::from(3) * Decimal::from((count - 1) as u64);
+    assert_eq!(balance(&server, payer.wallet_id), dec("100.00") - paid);
+    for customers in &by_shard {
+        for customer in customers {
+            if customer.wallet_id != payer.wallet_id {
+                assert_eq!(balance(&server, customer.wallet_id), dec("103.00"));
+            }
+        }
+    }
+    // Atomic across shards is refused whole (docs/transfer-batches.md), nothing posted.
+    let body = json!({"atomic": true, "transfers": [
+        item(payer.wallet_id, by_shard[0][1].wallet_id, "1.00"),
+        item(payer.wallet_id, by_shard[2][0].wallet_id, "1.00"),
+    ]});
+    let refused = server.post(BATCH, Some(&payer.token), &body.to_string());
+    assert_eq!(refused.status, 422, "{}", refused.text());
+    assert_eq!(balance(&server, payer.wallet_id), dec("100.00") - paid);
+    // Atomic with every wallet on one shard posts even with 4 shards.
+    let body = json!({"atomic": true, "transfers": [
+        item(payer.wallet_id, by_shard[0][1].wallet_id, "1.00"),
+    ]});
+    server.post_expect(BATCH, Some(&payer.token), &body.to_string(), 200);
+}
+
+#[test]
+fn a_keyed_batch_replays_its_whole_answer() {
+    let server = Server::start();
+    let alice = funded(&server, "100.00");
+    let bob = server.register_customer();
+    let body = json!({"transfers": [
+        item(alice.wallet_id, bob.wallet_id, "10.00"),
+        item(alice.wallet_id, bob.wallet_id, "500.00"),
+    ]})
+    .to_string();
+    let first = server.post_idempotent(BATCH, &alice.token, "batch-0001", &body);
+    assert_eq!(first.status, 200, "{}", first.text());
+    let again = server.post_idempotent(BATCH, &alice.token, "batch-0001", &body);
+    assert_eq!(again.status, 200);
+    assert_eq!(again.body, first.body);
+    assert_eq!(again.header("idempotent-replayed"), Some("true"));
+    assert_eq!(balance(&server, alice.wallet_id), dec("90.00"));
+    let other = json!({"transfers": [item(alice.wallet_id, bob.wallet_id, "11.00")]}).to_string();
+    let reused = server.post_idempotent(BATCH, &alice.token, "batch-0001", &other);
+    assert_eq!(reused.status, 422);
+    assert_eq!(reused.error_code(), "idempotency_key_reused");
+    assert_eq!(balance(&server, alice.wallet_id), dec("90.00"));
+    // Still replayed after a restart (the answer is in the log).
+    let mut server = server;
+    server.stop();
+    server.restart();
+    let after = server.post_idempotent(BATCH, &alice.token, "batch-0001", &body);
+    assert_eq!(after.body, first.body);
+    assert_eq!(balance(&server, alice.wallet_id), dec("90.00"));
+}
+
+#[test]
+fn malformed_and_oversized_batches_are_refused_whole() {
+    let server = Server::start();
+    let alice = funded(&server, "100.00");
+    let bob = server.register_customer();
+    let syntax = server.post(BATCH, Some(&alice.token), r#"{"transfers": [ {"#);
+    assert_eq!(syntax.status, 400);
+    let empty = server.post(BATCH, Some(&alice.token), r#"{"transfers": []}"#);
+    assert_eq!(empty.status, 422);
+    let shape = server.post(BATCH, Some(&alice.token), r#"{"transfers": 7}"#);
+    assert_eq!(shape.status, 422);
+    let one = item(alice.wallet_id, bob.wallet_id, "0.01");
+    let many: Vec<Value> = (0..8191).map(|_| one.clone()).collect();
+    let too_many = server.post(
+        BATCH,
+        Some(&alice.token),
+        &json!({ "transfers": many }).to_string(),
+    );
+    assert_eq!(too_many.status, 413, "{}", too_many.text());
+    assert_eq!(balance(&server, alice.wallet_id), dec("100.00"));
+    // 8190 is accepted, and fits the route's body limit.
+    let most: Vec<Value> = (0..8190).map(|_| one.clone()).collect();
+    let answer = server.post_expect(
+        BATCH,
+        Some(&alice.token),
+        &json!({ "transfers": most, "atomic": true }).to_string(),
+        200,
+    );
+    assert_eq!(answer["data"]["posted"], 8190);
+    assert_eq!(balance(&server, alice.wallet_id), dec("18.10"));
+}
+
+/// The crash drill for batches: threads send non-atomic batches across 4 shards (and atomic
+/// ones inside shard 0); the server is SIGKILLed mid-load; after a restart every acknowledged
+/// item is applied, money is conserved, every atomic batch is all or nothing, every ledger
+/// verifies, and `walletd replay --verify` rebuilds the same state.
+#[test]
+fn sigkill_mid_batch_loses_no_acknowledged_item_and_halves_no_atomic_batch() {
+    const THREADS: usize = 4;
+    let mut server = Server::start_with(Options {
+        shards: Some(4),
+        ..Options::default()
+    });
+    let by_shard = spread(&server, 4, 3, "1000.00");
+    // The first two wallets of shard 0 take only atomic batches; the others only non-atomic ones.
+    let pair = (by_shard[0][0].clone(), by_shard[0][1].clone());
+    let wallets: Vec<Customer> = by_shard
+        .iter()
+        .flatten()
+        .filter(|c| c.wallet_id != pair.0.wallet_id && c.wallet_id != pair.1.wallet_id)
+        .cloned()
+        .collect();
+    let initial: Decimal = wallets.iter().map(|c| balance(&server, c.wallet_id)).sum();
+    let acked = Arc::new(Mutex::new(Vec::<(usize, String)>::new()));
+    let stop = Arc::new(AtomicBool::new(false));
+    let address = server.address();
+    let mut threads = Vec::new();
+    for thread in 0..THREADS {
+        let wallets = wallets.clone();
+        let pair = pair.clone();
+        let acked = Arc::clone(&acked);
+        let stop = Arc::clone(&stop);
+        threads.push(std::thread::spawn(move || {
+            let mut round = 0usize;
+            while !stop.load(Ordering::Relaxed) {
+                round += 1;
+                let payer = &wallets[(thread + round) % wallets.len()];
+                let (body, atomic) = if round.is_multiple_of(3) {
+                    // Atomic inside shard 0: 0.30 moves, or nothing.
+                    let (a, b) = (&pair.0, &pair.1);
+                    (json!({"atomic": true, "transfers": [item(a.wallet_id, b.wallet_id, "0.10"), item(a.wallet_id, b.wallet_id, "0.20")]}), true)
+                } else {
+                    let transfers: Vec<Value> = wallets
+                        .iter()
+                        .filter(|c| c.wallet_id != payer.wallet_id)
+                        .map(|c| item(payer.wallet_id, c.wallet_id, "0.01"))
+                        .collect();
+                    (json!({ "transfers": transfers }), false)
+                };
+                let token = if atomic { &pair.0.token } else { &payer.token };
+                let authorization = format!("Bearer {token}");
+                let sent = walletd_tests::http::send(
+                    address,
+                    "POST",
+                    BATCH,
+                    &[("Authorization", &authorization)],
+                    Some(body.to_string().as_bytes()),
+                );
+                match sent {
+                    Ok(response) if response.status == 200 => {
+                        let answer = response.json();
+                        for result in answer["data"]["results"].as_array().unwrap() {
+                            if result["status"] == Value::Bool(true) {
+                                let uuid = result["data"]["uuid"].as_str().unwrap().to_owned();
+                                let wallet = result["data"]["wallet_id"].as_u64().unwrap();
+                                acked.lock().unwrap().push((wallet as usize, uuid));
+                            }
+                        }
+                    }
+                    Ok(_) => {}
+                    Err(_) => return,
+                }
+            }
+        }));
+    }
+    // Kill once a good number of batches have been acknowledged.
+    while acked.lock().unwrap().len() < 200 {
+        std::thread::yield_now();
+    }
+    server.kill_hard();
+    stop.store(true, Ordering::Relaxed);
+    for thread in threads {
+        thread.join().unwrap();
+    }
+    server.restart();
+    // Every acknowledged item is in its wallet's history.
+    let admin = server.admin_token();
+    for (wallet, uuid) in acked.lock().unwrap().iter() {
+        let found = (1..)
+            .map(|page| {
+                server.get_ok(
+                    &format!("/v1/wallets/{wallet}/transactions?per_page=100&page={page}"),
+                    &admin,
+                )
+            })
+            .take_while(|page| !page["data"]["data"].as_array().unwrap().is_empty())
+            .any(|page| {
+                page["data"]["data"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|t| t["uuid"].as_str() == Some(uuid))
+            });
+        assert!(
+            found,
+            "acknowledged transfer {uuid} of wallet {wallet} is gone"
+        );
+    }
+    // Money is conserved, and each atomic batch moved 0.30 or nothing.
+    let after: Decimal = wallets.iter().map(|c| balance(&server, c.wallet_id)).sum();
+    assert_eq!(after, initial, "money was created or destroyed");
+    let moved = dec("1000.00") - balance(&server, pair.0.wallet_id);
+    assert_eq!(balance(&server, pair.1.wallet_id), dec("1000.00") + moved);
+    assert!(
+        (moved % dec("0.30")).is_zero(),
+        "an atomic batch was half applied: {moved} moved"
+    );
+    let auditor = server.create_employee(PLATFORM_BUSINESS_ID, &["restricted_auditor"]);
+    for customer in wallets.iter().chain([&pair.0, &pair.1]) {
+        let report = server.get_ok(
+            &format!("/v1/wallets/{}/verify-integrity", customer.wallet_id),
+            &auditor.token,
+        );
+        assert_eq!(report["data"]["valid"], Value::Bool(true), "{report}");
+    }
+    let status = server.stop();
+    assert_eq!(status.code(), Some(0));
+    let (status, stdout, stderr) = server.run_tool(&["replay", "--verify"]);
+    assert!(
+        status.success() && stdout.contains("verified"),
+        "walletd replay --verify: {status:?}\nstdout: {stdout}\nstderr: {stderr}"
+    );
+}
