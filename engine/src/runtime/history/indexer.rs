@@ -183,6 +183,13 @@ impl Filer {
         }
         if !self.pending.is_empty() {
             file_batch(&self.store, &self.pending, &mut self.heads)?;
+            let waited = self.store.rotate_full_memtables()?;
+            if waited >= Duration::from_secs(1) {
+                tracing::warn!(
+                    waited_ms = waited.as_millis() as u64,
+                    "the history store's memtables were full: filing, and so the log, waited for its flushes"
+                );
+            }
             self.indexed_lsn = self
                 .pending
                 .last()

@@ -166,6 +166,14 @@ pub struct StorePage<T> {
     pub total: u64,
 }
 
+/// Memtable bytes of all keyspaces (active and sealed) past which the indexer waits for flushes.
+pub const WRITE_BUFFER_MAX_BYTES: u64 = 256 << 20;
+/// Store journal bytes past which the indexer seals every memtable (bounds what a reopen
+/// replays of the store's own journal).
+const JOURNAL_MAX_BYTES: u64 = 96 << 20;
+/// Longest the indexer waits for flushes before it stops with an error.
+const FLUSH_WAIT_MAX: std::time::Duration = std::time::Duration::from_secs(120);
+
 /// The open database and its keyspaces.
 pub(crate) struct Open {
     pub(crate) db: fjall::Database,
@@ -179,6 +187,26 @@ pub(crate) struct Open {
     pub(crate) counts: fjall::Keyspace,
     pub(crate) answers: fjall::Keyspace,
     pub(crate) answer_times: fjall::Keyspace,
+}
+
+impl Open {
+    /// Every keyspace with the memtable size at which the indexer seals it.
+    fn keyspaces(&self) -> [(&fjall::Keyspace, u64); 10] {
+        const LARGE: u64 = 16 << 20;
+        const SMALL: u64 = 8 << 20;
+        [
+            (&self.meta, SMALL),
+            (&self.transactions, LARGE),
+            (&self.entries, LARGE),
+            (&self.entry_times, LARGE),
+            (&self.holds, LARGE),
+            (&self.tx_uuids, SMALL),
+            (&self.hold_uuids, SMALL),
+            (&self.counts, SMALL),
+            (&self.answers, LARGE),
+            (&self.answer_times, SMALL),
+        ]
+    }
 }
 
 /// The history store. Cheap to share: reads run beside the indexer's writes and see only what
@@ -201,24 +229,22 @@ impl HistoryStore {
     pub fn open(path: &Path, cache_bytes: usize) -> Result<Self, StoreError> {
         let db = fjall::Database::builder(path)
             .cache_size(cache_bytes as u64)
-            // Bounds what a reopen replays of the store's own journal (64 MiB is its minimum).
-            .max_journaling_size(64 << 20)
+            // fjall's own journal limit asks its worker to rotate, which can deadlock it (see
+            // `rotate_full_memtables`); the indexer keeps the journal under JOURNAL_MAX_BYTES
+            // itself, so this one is only a backstop.
+            .max_journaling_size(512 << 20)
             // One background worker: with two, fjall 3.1's worker 0 hands every compaction
             // request back to the queue while worker 1 is busy, and the two spin on it (a
             // quarter of walletd's CPU under a transfer load, by perf). On 2 cores one
             // worker flushes and compacts in time.
             .worker_threads(1)
             .open()?;
-        // Memtables bound the store's share of RSS: 16 MiB for the four large keyspaces, 8 MiB
-        // for the rest, instead of 64 MiB each.
+        // fjall never rotates a memtable by itself here (the limit it sees is out of reach):
+        // the indexer does, from its own thread ([`HistoryStore::rotate_full_memtables`]).
         let keyspace = |name: &str| {
-            let memtable_bytes: u64 = match name {
-                "transactions" | "entries" | "entry_times" | "holds" | "answers" => 16 << 20,
-                _ => 8 << 20,
-            };
             db.keyspace(name, move || {
                 let options =
-                    fjall::KeyspaceCreateOptions::default().max_memtable_size(memtable_bytes);
+                    fjall::KeyspaceCreateOptions::default().max_memtable_size(u64::MAX >> 1);
                 if name == "answers" {
                     // Answers are the largest values (a rendered response, ~350 bytes) and are
                     // never changed: kept apart in blob files, written once at flush, compaction
@@ -272,6 +298,50 @@ impl HistoryStore {
             .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         guard.take();
+    }
+
+    /// Seals the memtables that reached their size (16 MiB for the five large keyspaces, 8 MiB
+    /// for the rest: they bound the store's share of RSS), which hands their flush to fjall's
+    /// worker; then waits while the memtables of all keyspaces together hold more than
+    /// [`WRITE_BUFFER_MAX_BYTES`]. Called by the indexer after each batch it files; returns how
+    /// long it waited.
+    ///
+    /// Why here and not in fjall: fjall 3.1 rotates a full memtable by a message to its worker,
+    /// and that worker, handling it, sends the flush into its own bounded queue with a blocking
+    /// send. Under sustained writes the queue fills with rotation requests (one per write batch
+    /// while the memtable is full) and the one worker waits on itself for good: no flush again,
+    /// memtables and the store's journal grow without bound (fjall-rs/fjall#323; our 10-minute
+    /// soak reached 6.7 GiB, and a gdb backtrace showed the worker parked in `send` inside
+    /// `inner_rotate_memtable`). Rotating from this thread, a full queue only makes the indexer
+    /// wait, which stalls the WAL writer through its bounded channel: back-pressure, not growth.
+    /// A wait longer than [`FLUSH_WAIT_MAX`] stops the indexer with an error (the log is then
+    /// poisoned and the process exits) rather than wedging.
+    pub(crate) fn rotate_full_memtables(&self) -> Result<std::time::Duration, StoreError> {
+        use fjall::AbstractTree;
+        self.with(|open| {
+            let started = std::time::Instant::now();
+            // A journal file is freed once every memtable it holds writes of is flushed, so a
+            // small keyspace written a little per batch (meta, counts) would pin them all: past
+            // [`JOURNAL_MAX_BYTES`] every memtable with anything in it is sealed.
+            let journal_full = open.db.journal_disk_space()? > JOURNAL_MAX_BYTES;
+            for (keyspace, limit) in open.keyspaces() {
+                let size = keyspace.tree.active_memtable().size();
+                if size >= limit || (journal_full && size > 0) {
+                    keyspace.rotate_memtable()?;
+                }
+            }
+            while open.db.write_buffer_size() > WRITE_BUFFER_MAX_BYTES {
+                if started.elapsed() > FLUSH_WAIT_MAX {
+                    return Err(StoreError::Rule(format!(
+                        "the store flushed no memtable for {} s ({} MiB waiting)",
+                        FLUSH_WAIT_MAX.as_secs(),
+                        open.db.write_buffer_size() >> 20
+                    )));
+                }
+                std::thread::sleep(std::time::Duration::from_millis(2));
+            }
+            Ok(started.elapsed())
+        })
     }
 
     /// Makes everything committed so far durable (a checkpoint).
