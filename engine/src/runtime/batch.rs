@@ -162,18 +162,9 @@ impl Engine {
         atomic: bool,
         key: IdempotencyKey,
     ) -> Result<Reply, EngineError> {
-        let guard = match self.claim(&key)? {
+        let (guard, record) = match self.claim(&key)? {
             Claimed::Answered(reply) => return Ok(reply),
-            Claimed::Fresh(guard) => guard,
-        };
-        let record = IdempotencyRecord {
-            caller: key.caller,
-            key: key.key,
-            fingerprint: key.fingerprint,
-            at_ms: self.inner.clock.now_ms(),
-            route: key.route,
-            response: None,
-            transfer_uuid: None,
+            Claimed::Fresh(guard, record) => (guard, record),
         };
         let engine = self.clone();
         let response = self

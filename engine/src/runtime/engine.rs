@@ -109,8 +109,8 @@ impl Drop for ClaimGuard {
 
 /// What [`Engine::claim`] found for a key.
 pub(crate) enum Claimed {
-    /// New: the request runs, holding the claim.
-    Fresh(ClaimGuard),
+    /// New: the request runs, holding the claim, and logs this (pending) record with it.
+    Fresh(ClaimGuard, IdempotencyRecord),
     /// Answered before: the stored answer, replayed.
     Answered(Reply),
 }
@@ -314,11 +314,21 @@ impl Engine {
                 Err(EngineError::IdempotencyKeyReused)
             };
         }
-        Ok(Claimed::Fresh(ClaimGuard {
+        let guard = ClaimGuard {
             table: Arc::clone(table),
             caller: key.caller.clone(),
             key: key.key.clone(),
-        }))
+        };
+        let record = IdempotencyRecord {
+            caller: key.caller.clone(),
+            key: key.key.clone(),
+            fingerprint: key.fingerprint,
+            at_ms: self.inner.clock.now_ms(),
+            route: key.route,
+            response: None,
+            transfer_uuid: None,
+        };
+        Ok(Claimed::Fresh(guard, record))
     }
 
     /// Executes a command under an idempotency key. A repeat of the same request gets the first
@@ -329,22 +339,13 @@ impl Engine {
         command: Command,
         key: IdempotencyKey,
     ) -> Result<Reply, EngineError> {
-        let guard = match self.claim(&key)? {
+        // Once claimed, the guard releases the claim on every path on which the command left no
+        // record (a refusal before the log, a dropped message, a panic), and the command runs in
+        // its own task, so a client that hangs up neither stops it halfway nor leaves the key
+        // `in progress` (ARCHITECTURE.md invariant 11).
+        let (guard, record) = match self.claim(&key)? {
             Claimed::Answered(reply) => return Ok(reply),
-            Claimed::Fresh(guard) => guard,
-        };
-        // From here the key is claimed: the guard releases the claim on every path on which the
-        // command left no record (a refusal before the log, a dropped message, a panic), and the
-        // command runs in its own task, so a client that hangs up neither stops it halfway nor
-        // leaves the key `in progress` (ARCHITECTURE.md invariant 11).
-        let record = IdempotencyRecord {
-            caller: key.caller.clone(),
-            key: key.key.clone(),
-            fingerprint: key.fingerprint,
-            at_ms: self.inner.clock.now_ms(),
-            route: key.route,
-            response: None,
-            transfer_uuid: None,
+            Claimed::Fresh(guard, record) => (guard, record),
         };
         let engine = self.clone();
         let work = async move {
