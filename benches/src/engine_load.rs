@@ -221,6 +221,14 @@ impl Rng {
     pub fn below(&mut self, n: u64) -> u64 {
         self.next_u64() % n.max(1)
     }
+
+    /// Two different wallets of `ids` (at least two), uniformly.
+    pub fn two_of(&mut self, ids: &[WalletId]) -> (WalletId, WalletId) {
+        let n = ids.len() as u64;
+        let source = self.below(n);
+        let target = (source + 1 + self.below(n - 1)) % n;
+        (ids[source as usize], ids[target as usize])
+    }
 }
 
 /// Resident set size of this process, from /proc/self/statm.

@@ -187,11 +187,7 @@ fn replay(events: u64, shards: u32) {
                 Duration::MAX,
                 move |caller, n| {
                     let mut rng = Rng::new((caller as u64) << 32 | n);
-                    let source = ids[rng.below(ids.len() as u64) as usize];
-                    let mut target = ids[rng.below(ids.len() as u64) as usize];
-                    if target == source {
-                        target = ids[(rng.below(ids.len() as u64 - 1) as usize + 1) % ids.len()];
-                    }
+                    let (source, target) = rng.two_of(&ids);
                     let engine = engine.clone();
                     async move {
                         engine

@@ -108,11 +108,7 @@ fn main() {
     let transfers = |engine: Engine, load: Arc<Vec<WalletId>>| {
         move |caller: usize, n: u64| {
             let mut rng = Rng::new((caller as u64) << 32 | n);
-            let source = load[rng.below(load.len() as u64) as usize];
-            let mut target = load[rng.below(load.len() as u64) as usize];
-            if target == source {
-                target = load[(rng.below(load.len() as u64 - 1) as usize + 1) % load.len()];
-            }
+            let (source, target) = rng.two_of(&load);
             let engine = engine.clone();
             async move {
                 engine.execute(transfer_command(source, target, 1)).await?;
