@@ -572,6 +572,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         println!("walletd listening on http://{address}");
         tracing::info!(%address, data_dir = %args.data.data_dir.display(), "serving");
         crate::server::serve(listener, app, shutdown_signal()).await;
+        shutdown_snapshot(&engine).await;
         sweeper.abort();
         watchdog.abort();
         if let Some(fault) = fault {
@@ -585,6 +586,38 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .map_err(|e| anyhow::anyhow!("flush the log on shutdown: {e}"))?;
     tracing::info!("stopped");
     result
+}
+
+/// A shutdown checkpoint, as PostgreSQL takes one: once connections are drained, a snapshot of
+/// everything logged since the last one, so the next start loads it instead of replaying up to
+/// `--snapshot-every` records. Skipped when nothing was logged since the last snapshot or the
+/// engine has failed (then recovery must replay the log); a failure is logged and changes
+/// nothing, because the log still holds every record.
+async fn shutdown_snapshot(engine: &Engine) {
+    if let Some(reason) = engine.failure() {
+        tracing::warn!(%reason, "no shutdown snapshot: the engine has failed");
+        return;
+    }
+    let records = engine.records_since_snapshot();
+    if records == 0 {
+        return;
+    }
+    tracing::info!(
+        records,
+        "taking a shutdown snapshot, so the next start need not replay these records"
+    );
+    let started = Instant::now();
+    match engine.snapshot().await {
+        Ok(lsn) => tracing::info!(
+            covered_lsn = lsn,
+            took_ms = started.elapsed().as_millis() as u64,
+            "shutdown snapshot written"
+        ),
+        Err(error) => tracing::warn!(
+            %error,
+            "no shutdown snapshot; the next start replays the log since the last one"
+        ),
+    }
 }
 
 async fn shutdown_signal() {

@@ -44,6 +44,54 @@ fn sigterm_exits_zero_and_the_data_survives_a_restart() {
     assert!(next.id > customer.id && next.wallet_id > customer.wallet_id);
 }
 
+/// A graceful stop ends with a shutdown snapshot of everything logged since the last one, so the
+/// next start loads it and replays no log record (issue 14's restart target); a crash (SIGKILL)
+/// has no such snapshot and replays the log, which is why the second half kills.
+#[test]
+fn sigterm_takes_a_shutdown_snapshot_so_the_next_start_replays_no_record() {
+    let mut server = Server::start();
+    let operator = server.create_employee(PLATFORM_BUSINESS_ID, &["operator"]);
+    let customer = server.register_customer();
+    for _ in 0..20 {
+        server.deposit(&operator.token, customer.wallet_id, "1.25");
+    }
+    let status = server.stop();
+    assert_eq!(status.code(), Some(0), "SIGTERM exit status: {status:?}");
+
+    let (status, stdout, stderr) = server.run_tool(&["replay"]);
+    assert!(status.success(), "replay: {stdout} {stderr}");
+    let line = stdout
+        .lines()
+        .find(|line| line.starts_with("replayed "))
+        .unwrap_or_else(|| panic!("no replay summary in {stdout}"));
+    assert!(
+        line.starts_with("replayed 0 records (0 events) onto snapshot LSN "),
+        "after SIGTERM: {line}"
+    );
+    let snapshot_lsn = line
+        .split("onto snapshot LSN ")
+        .nth(1)
+        .and_then(|rest| rest.split(';').next())
+        .unwrap_or_default();
+    assert!(
+        line.contains(&format!("last LSN {snapshot_lsn};")),
+        "the shutdown snapshot covers the whole log: {line}"
+    );
+
+    // The restarted server serves the same money; a crash after more writes replays them.
+    server.restart();
+    let (text, _) = server.balance(&operator.token, customer.wallet_id);
+    assert!(text.contains(r#""balance":25.00"#), "{text}");
+    server.deposit(&operator.token, customer.wallet_id, "1.25");
+    server.kill_hard();
+    let (status, stdout, stderr) = server.run_tool(&["replay"]);
+    assert!(status.success(), "replay: {stdout} {stderr}");
+    assert!(
+        !stdout.contains("replayed 0 records"),
+        "a SIGKILL leaves records to replay: {stdout}"
+    );
+}
+
 /// SIGTERM under load: requests already being handled are answered and kept; the process exits
 /// 0; after a restart each wallet holds every acknowledged deposit and at most the one deposit
 /// per client that got no answer.

@@ -56,6 +56,19 @@ impl Engine {
         }
         self.snapshot_claimed().await
     }
+    /// Log records appended since the newest snapshot (or since the start of the log): what a
+    /// restart would replay.
+    #[must_use]
+    pub fn records_since_snapshot(&self) -> u64 {
+        let last = self
+            .inner
+            .snapshot_state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .last_lsn;
+        self.inner.wal.last_lsn().saturating_sub(last)
+    }
+
     /// Marks a snapshot as running; false if one already is.
     pub(crate) fn claim_snapshot(&self) -> bool {
         let mut state = self
