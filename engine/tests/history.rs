@@ -65,6 +65,26 @@ fn money(wallet_id: WalletId, amount: Decimal) -> MoneyMove {
     }
 }
 
+/// A customer's primary YER wallet.
+async fn create_wallet(engine: &Engine, owner_id: u64) -> WalletId {
+    let created = engine
+        .execute(Command::CreateWallet(CreateWallet {
+            owner_type: OwnerType::Customer,
+            owner_id,
+            currency: yer(),
+            wallet_type: WalletType::Primary,
+            business_id: 1,
+            branch_id: 0,
+            meta: None,
+        }))
+        .await
+        .unwrap();
+    let Outcome::Wallet(wallet) = created else {
+        panic!("{created:?}")
+    };
+    wallet.id
+}
+
 /// Runs `steps` seeded commands; refusals (insufficient funds, closed holds) are part of the mix.
 async fn workload(
     engine: &Engine,
@@ -76,22 +96,7 @@ async fn workload(
     let mut rng = Rng(seed);
     let mut wallets = Vec::new();
     for owner in first_owner..first_owner + 8 {
-        let created = engine
-            .execute(Command::CreateWallet(CreateWallet {
-                owner_type: OwnerType::Customer,
-                owner_id: owner,
-                currency: yer(),
-                wallet_type: WalletType::Primary,
-                business_id: 1,
-                branch_id: 0,
-                meta: None,
-            }))
-            .await
-            .unwrap();
-        let Outcome::Wallet(wallet) = created else {
-            panic!("{created:?}")
-        };
-        wallets.push(wallet.id);
+        wallets.push(create_wallet(engine, owner).await);
     }
     let mut debits: Vec<Uuid> = Vec::new();
     let mut holds: Vec<Uuid> = Vec::new();
@@ -338,5 +343,59 @@ async fn the_store_shows_what_the_shards_hold_through_reopen_and_refiling() {
     let engine = open(dir.path(), clock);
     assert_store_matches_shards(&engine, dir.path(), &wallets, "after refiling").await;
     assert_store_matches_shards(&engine, dir.path(), &more, "after refiling").await;
+    engine.shutdown().unwrap();
+}
+
+/// Pages deep in a wallet's history come through the store's page directory (one key per 1,024
+/// records, `runtime::history::pages`): every page of a wallet with more than two blocks of
+/// transactions, entries and holds equals the reference's, across block boundaries and at
+/// page sizes that do not divide a block.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deep_pages_across_directory_blocks_equal_the_reference() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(SeededClock::new(12, 1_700_000_000_000));
+    let engine = open(dir.path(), clock.clone());
+    let wallet = create_wallet(&engine, 1).await;
+    const DEPOSITS: i64 = 2_100;
+    const HOLDS: i64 = 2_050;
+    for cents in 1..=DEPOSITS {
+        clock.advance_ms(10);
+        engine
+            .execute(Command::Deposit(money(wallet, Decimal::new(cents, 2))))
+            .await
+            .unwrap();
+    }
+    for cents in 1..=HOLDS {
+        engine
+            .execute(Command::PlaceHold(PlaceHold {
+                wallet_id: wallet,
+                amount: Decimal::new(cents, 4).round_dp(2).max(Decimal::new(1, 2)),
+                currency: yer(),
+                reason: None,
+                expiry_minutes: Some(60),
+            }))
+            .await
+            .unwrap();
+    }
+    let reference = reference(dir.path());
+    let day = middle_window(&engine, wallet).await;
+    let mut pages_compared = 0;
+    for per_page in [100, 37] {
+        let last = (DEPOSITS as u32).div_ceil(per_page) + 1;
+        for number in 1..=last {
+            let page = Page::new(number, per_page).unwrap();
+            let stored = from_store(&engine, wallet, page, day).await;
+            let whole = from_reference(&reference, wallet, page, day);
+            assert_eq!(stored, whole, "page {number} of {per_page}");
+            pages_compared += 1;
+        }
+    }
+    let (transactions, entries, _, holds) =
+        from_store(&engine, wallet, Page::new(1, 1).unwrap(), day).await;
+    assert_eq!(
+        (transactions.total, entries.total, holds.total),
+        (DEPOSITS as u64, DEPOSITS as u64, HOLDS as u64)
+    );
+    assert_eq!(pages_compared, 22 + 58, "every page of both sizes");
     engine.shutdown().unwrap();
 }

@@ -15,6 +15,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use super::answers::file_answer;
+use super::pages::{directory_key, starts_block, Paged};
 use super::store::{
     counts_in, decode, encode, key2, key3, time_key, HistoryStore, Open, StoreError, INDEXED_LSN,
 };
@@ -93,15 +94,8 @@ pub(crate) fn file_batch(
         let Batch {
             mut writes, counts, ..
         } = batch;
-        for (wallet, added) in counts {
-            let now = match heads.counts.get(&wallet) {
-                Some(known) => *known,
-                None => {
-                    let stored = counts_in(open, wallet)?;
-                    (stored.transactions, stored.entries, stored.holds)
-                }
-            };
-            let next = (now.0 + added.0, now.1 + added.1, now.2 + added.2);
+        for (wallet, tally) in counts {
+            let next = tally.next;
             writes.insert(
                 &open.counts,
                 wallet.to_be_bytes(),
@@ -136,8 +130,13 @@ struct Batch<'a> {
     /// Values written earlier in this batch, read before the keyspaces (shared with the batch,
     /// not copied).
     overlay: HashMap<(Kind, [u8; 16]), fjall::Slice>,
-    /// Records added per wallet in this batch: (transactions, entries, holds).
-    counts: HashMap<u64, (u64, u64, u64)>,
+    /// Each touched wallet's record counts so far: the ordinal its next record gets.
+    counts: HashMap<u64, Tally>,
+}
+
+/// A wallet's (transactions, entries, holds) counted up to the record being filed.
+struct Tally {
+    next: (u64, u64, u64),
 }
 
 fn rule(what: &str, key: (u64, u64), reason: &str) -> StoreError {
@@ -186,6 +185,46 @@ impl Batch<'_> {
         decode(what, &bytes, &value)
     }
 
+    /// The ordinal of `wallet`'s next record of `kind` (its count of them so far, from the
+    /// indexer's memory or the store), counted; the record that starts a block of the page
+    /// directory also files its id there.
+    fn ordinal(
+        &mut self,
+        heads: &ChainHeads,
+        wallet: u64,
+        kind: Paged,
+        id: u64,
+    ) -> Result<(), StoreError> {
+        let tally = match self.counts.entry(wallet) {
+            std::collections::hash_map::Entry::Occupied(known) => known.into_mut(),
+            std::collections::hash_map::Entry::Vacant(slot) => {
+                let next = match heads.counts.get(&wallet) {
+                    Some(known) => *known,
+                    None => {
+                        let stored = counts_in(self.open, wallet)?;
+                        (stored.transactions, stored.entries, stored.holds)
+                    }
+                };
+                slot.insert(Tally { next })
+            }
+        };
+        let counter = match kind {
+            Paged::Transaction => &mut tally.next.0,
+            Paged::Entry => &mut tally.next.1,
+            Paged::Hold => &mut tally.next.2,
+        };
+        let ordinal = *counter;
+        *counter += 1;
+        if starts_block(ordinal) {
+            self.writes.insert(
+                &self.open.pages,
+                directory_key(wallet, kind, ordinal),
+                id.to_be_bytes().to_vec(),
+            );
+        }
+        Ok(())
+    }
+
     fn file(&mut self, event: &Event, heads: &mut ChainHeads) -> Result<(), StoreError> {
         match event {
             Event::TransactionRecorded {
@@ -196,7 +235,7 @@ impl Batch<'_> {
                 self.put(Kind::Transaction, key, transaction)?;
                 let uuids = self.open.tx_uuids.clone();
                 self.writes.insert(&uuids, transaction.uuid.0, key.to_vec());
-                self.counts.entry(wallet_id.0).or_default().0 += 1;
+                self.ordinal(heads, wallet_id.0, Paged::Transaction, transaction.id.0)?;
             }
             Event::EntryPosted { wallet_id, entry } => {
                 let w = wallet_id.0;
@@ -212,7 +251,7 @@ impl Batch<'_> {
                     Vec::new(),
                 );
                 heads.heads.insert(w, entry.hash);
-                self.counts.entry(w).or_default().1 += 1;
+                self.ordinal(heads, w, Paged::Entry, entry.id.0)?;
             }
             Event::EntryReversed {
                 wallet_id,
@@ -260,7 +299,7 @@ impl Batch<'_> {
                 self.put(Kind::Hold, key, hold)?;
                 let uuids = self.open.hold_uuids.clone();
                 self.writes.insert(&uuids, hold.uuid.0, key.to_vec());
-                self.counts.entry(wallet_id.0).or_default().2 += 1;
+                self.ordinal(heads, wallet_id.0, Paged::Hold, hold.id.0)?;
             }
             Event::HoldClosed {
                 wallet_id,

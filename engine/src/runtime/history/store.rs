@@ -19,10 +19,12 @@
 //! hold_uuids    uuid                            -> wallet | hold id
 //! counts        wallet                          -> transactions | entries | holds
 //! answers, answer_times                         idempotency answers ([`super::answers`])
+//! pages         wallet | kind | block           -> id            the page directory ([`super::pages`])
 //! ```
 //!
 //! An entry is stored with the hash of the entry before it, so a page of the statement shows each
-//! entry's `prev_hash` without a second lookup. `counts` makes a page's total O(1).
+//! entry's `prev_hash` without a second lookup. `counts` makes a page's total O(1), and the page
+//! directory makes any page O(page), however deep.
 //!
 //! # Durability
 //!
@@ -38,6 +40,7 @@ use std::path::Path;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
+use super::pages::{newest_first_raw, Paged};
 use crate::ledger::hold::Hold;
 use crate::ledger::transaction::{Hash, LedgerEntry, Transaction};
 use crate::shard::cold::ColdResult;
@@ -187,11 +190,12 @@ pub(crate) struct Open {
     pub(crate) counts: fjall::Keyspace,
     pub(crate) answers: fjall::Keyspace,
     pub(crate) answer_times: fjall::Keyspace,
+    pub(crate) pages: fjall::Keyspace,
 }
 
 impl Open {
     /// Every keyspace with the memtable size at which the indexer seals it.
-    fn keyspaces(&self) -> [(&fjall::Keyspace, u64); 10] {
+    fn keyspaces(&self) -> [(&fjall::Keyspace, u64); 11] {
         const LARGE: u64 = 16 << 20;
         const SMALL: u64 = 8 << 20;
         [
@@ -205,6 +209,7 @@ impl Open {
             (&self.counts, SMALL),
             (&self.answers, LARGE),
             (&self.answer_times, SMALL),
+            (&self.pages, SMALL),
         ]
     }
 }
@@ -269,8 +274,10 @@ impl HistoryStore {
             counts: keyspace("counts")?,
             answers: keyspace("answers")?,
             answer_times: keyspace("answer_times")?,
+            pages: keyspace("pages")?,
             db,
         };
+        super::pages::complete_directory(&open)?;
         Ok(HistoryStore {
             open: std::sync::RwLock::new(Some(open)),
         })
@@ -371,10 +378,10 @@ impl HistoryStore {
         self.with(|open| {
             let total = counts_in(open, wallet_id.0)?.transactions;
             let records = newest_first(
-                &open.transactions,
+                open,
+                Paged::Transaction,
                 wallet_id,
-                offset,
-                per_page,
+                (total, offset, per_page),
                 "transaction",
             )?;
             Ok(StorePage { records, total })
@@ -390,7 +397,13 @@ impl HistoryStore {
     ) -> Result<StorePage<Hold>, StoreError> {
         self.with(|open| {
             let total = counts_in(open, wallet_id.0)?.holds;
-            let records = newest_first(&open.holds, wallet_id, offset, per_page, "hold")?;
+            let records = newest_first(
+                open,
+                Paged::Hold,
+                wallet_id,
+                (total, offset, per_page),
+                "hold",
+            )?;
             Ok(StorePage { records, total })
         })
     }
@@ -409,7 +422,13 @@ impl HistoryStore {
         self.with(|open| {
             if from_ms.is_none() && to_ms.is_none() {
                 let total = counts_in(open, wallet_id.0)?.entries;
-                let records = newest_first(&open.entries, wallet_id, offset, per_page, "entry")?;
+                let records = newest_first(
+                    open,
+                    Paged::Entry,
+                    wallet_id,
+                    (total, offset, per_page),
+                    "entry",
+                )?;
                 return Ok(StorePage { records, total });
             }
             let w = wallet_id.0;
@@ -557,26 +576,19 @@ pub(crate) fn counts_in(open: &Open, wallet: u64) -> Result<WalletCounts, StoreE
     }
 }
 
-/// `take` records of one wallet from a `wallet | id`-keyed keyspace, newest first, after `skip`.
+/// A page of `wallet_id`'s records of `kind`, newest first; `(total, skip, take)` as in
+/// [`super::pages::newest_first_raw`].
 fn newest_first<T: DeserializeOwned>(
-    keyspace: &fjall::Keyspace,
+    open: &Open,
+    kind: Paged,
     wallet_id: WalletId,
-    skip: u64,
-    take: u64,
+    (total, skip, take): (u64, u64, u64),
     what: &'static str,
 ) -> Result<Vec<T>, StoreError> {
-    let w = wallet_id.0;
-    let mut records = Vec::new();
-    let rows = keyspace
-        .range(key2(w, 0)..=key2(w, u64::MAX))
-        .rev()
-        .skip(usize::try_from(skip).unwrap_or(usize::MAX))
-        .take(usize::try_from(take).unwrap_or(usize::MAX));
-    for guard in rows {
-        let (key, bytes) = guard.into_inner()?;
-        records.push(decode(what, &key, &bytes)?);
-    }
-    Ok(records)
+    newest_first_raw(open, kind, wallet_id, total, skip, take)?
+        .into_iter()
+        .map(|(key, bytes)| decode(what, &key, &bytes))
+        .collect()
 }
 
 /// The store as the shards' source of records that left memory (`shard::cold`).
