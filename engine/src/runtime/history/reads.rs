@@ -21,7 +21,13 @@ impl Engine {
     }
 
     /// The wallet's unchanging facts, after waiting until the store holds every record a caller
-    /// could have seen when it asked (everything appended so far). `Ok(Err(_))`: no such wallet.
+    /// could have seen when it asked. `Ok(Err(_))`: no such wallet.
+    ///
+    /// A caller sees a change only once it is durable (every answer, and every shard read such
+    /// as the one above, waits for that), so the durable LSN read after the shard answered
+    /// bounds everything it could have seen. Waiting for the last *appended* LSN instead would
+    /// also wait for records still being synced, which no caller can have seen yet: under load
+    /// that was a group commit plus an indexer batch added to every history read.
     async fn holder_caught_up(
         &self,
         wallet_id: WalletId,
@@ -34,7 +40,7 @@ impl Engine {
         if holder.is_ok() {
             self.inner
                 .history
-                .caught_up(self.inner.wal.last_lsn())
+                .caught_up(self.inner.wal.durable_lsn())
                 .await?;
         }
         Ok(holder)
