@@ -399,3 +399,28 @@ async fn deep_pages_across_directory_blocks_equal_the_reference() {
     assert_eq!(pages_compared, 22 + 58, "every page of both sizes");
     engine.shutdown().unwrap();
 }
+
+/// A clean shutdown writes the store's memtables out: the next open replays none of the store's
+/// own journal (which was most of a restart after a minute of load), and the history is there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clean_shutdown_leaves_no_store_journal_to_replay() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(SeededClock::new(13, 1_700_000_000_000));
+    let engine = open(dir.path(), clock.clone());
+    let wallet = create_wallet(&engine, 1).await;
+    for cents in 1..=300 {
+        engine
+            .execute(Command::Deposit(money(wallet, Decimal::new(cents, 2))))
+            .await
+            .unwrap();
+    }
+    engine.shutdown().unwrap();
+    let store =
+        engine::runtime::history::HistoryStore::open(&dir.path().join(STORE_DIR), 1 << 20).unwrap();
+    assert_eq!(
+        store.memtable_bytes().unwrap(),
+        0,
+        "the reopened store replayed journal into its memtables"
+    );
+    assert_eq!(store.counts(wallet).unwrap().entries, 300);
+}

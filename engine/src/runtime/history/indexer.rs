@@ -264,6 +264,15 @@ pub(crate) fn run(
                 Err(RecvTimeoutError::Disconnected) => {
                     filer.flush(true)?;
                     publish(&progress, &mut filer, &wal);
+                    // A clean stop also writes every memtable out, so the next open replays
+                    // none of the store's own journal (after a one-minute load that replay was
+                    // most of a 2.4 s restart: skiplist inserts, by perf).
+                    let started = Instant::now();
+                    filer.store.flush_memtables()?;
+                    tracing::info!(
+                        took_ms = started.elapsed().as_millis() as u64,
+                        "history store memtables flushed"
+                    );
                     return Ok(());
                 }
             }

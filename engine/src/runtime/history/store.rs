@@ -351,6 +351,42 @@ impl HistoryStore {
         })
     }
 
+    /// Seals every memtable that holds anything and waits until fjall's worker has written them
+    /// all to disk, then syncs: the next open has no journal to replay. For a clean stop, from
+    /// the indexer's thread (never fjall's worker: see [`HistoryStore::rotate_full_memtables`]).
+    pub fn flush_memtables(&self) -> Result<(), StoreError> {
+        use fjall::AbstractTree;
+        self.with(|open| {
+            for (keyspace, _) in open.keyspaces() {
+                if keyspace.tree.active_memtable().size() > 0 {
+                    keyspace.rotate_memtable()?;
+                }
+            }
+            let started = std::time::Instant::now();
+            while open
+                .keyspaces()
+                .iter()
+                .any(|(keyspace, _)| keyspace.tree.sealed_memtable_count() > 0)
+            {
+                if started.elapsed() > FLUSH_WAIT_MAX {
+                    return Err(StoreError::Rule(format!(
+                        "the store flushed no memtable for {} s at shutdown",
+                        FLUSH_WAIT_MAX.as_secs()
+                    )));
+                }
+                std::thread::sleep(std::time::Duration::from_millis(2));
+            }
+            open.db.persist(fjall::PersistMode::SyncData)?;
+            Ok(())
+        })
+    }
+
+    /// Bytes in memtables (active and sealed) of all keyspaces: what is not yet in the store's
+    /// on-disk tables.
+    pub fn memtable_bytes(&self) -> Result<u64, StoreError> {
+        self.with(|open| Ok(open.db.write_buffer_size()))
+    }
+
     /// Makes everything committed so far durable (a checkpoint).
     pub fn persist(&self) -> Result<(), StoreError> {
         self.with(|open| Ok(open.db.persist(fjall::PersistMode::SyncData)?))
