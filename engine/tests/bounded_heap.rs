@@ -74,9 +74,10 @@ impl ColdHistory for FiledElsewhere {
     ) -> ColdResult<()> {
         Err("a transfer listed transactions".into())
     }
-    fn for_each_entry(
+    fn for_each_entry_after(
         &self,
         _: WalletId,
+        _: Option<EntryId>,
         _: &mut dyn FnMut(&Hash, &LedgerEntry) -> bool,
     ) -> ColdResult<()> {
         Err("a transfer listed entries".into())

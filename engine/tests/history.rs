@@ -424,3 +424,49 @@ async fn a_clean_shutdown_leaves_no_store_journal_to_replay() {
     );
     assert_eq!(store.counts(wallet).unwrap().entries, 300);
 }
+
+/// `Engine::verify_integrity` checks the entries the store holds off the shard's thread and the
+/// rest on it: every entry is counted once, whether it was filed and evicted, filed and still in
+/// memory, or not filed yet, and the balance recomputed from all of them is the wallet's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn verify_integrity_counts_filed_and_unfiled_entries_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(SeededClock::new(14, 1_700_000_000_000));
+    let engine = open(dir.path(), clock.clone());
+    let wallet = create_wallet(&engine, 1).await;
+    let verify = |engine: Engine| async move {
+        match engine.verify_integrity(wallet).await.unwrap() {
+            Outcome::Integrity(report) => report,
+            other => panic!("{other:?}"),
+        }
+    };
+    for cents in 1..=50 {
+        engine
+            .execute(Command::Deposit(money(wallet, Decimal::new(cents, 2))))
+            .await
+            .unwrap();
+    }
+    engine.evict_filed().await.unwrap();
+    let report = verify(engine.clone()).await;
+    assert!(report.valid, "{report:?}");
+    assert_eq!(report.entries_checked, 50);
+    assert_eq!(report.ledger_balance, Some(Decimal::new(1275, 2)));
+    for cents in 51..=75 {
+        engine
+            .execute(Command::Deposit(money(wallet, Decimal::new(cents, 2))))
+            .await
+            .unwrap();
+    }
+    let report = verify(engine.clone()).await;
+    assert!(report.valid, "{report:?}");
+    assert_eq!(report.entries_checked, 75);
+    assert_eq!(report.ledger_balance, Some(Decimal::new(2850, 2)));
+    assert_eq!(report.cached_balance, Decimal::new(2850, 2));
+    assert!(matches!(
+        engine.verify_integrity(WalletId(999_999)).await,
+        Err(engine::runtime::EngineError::Rejected(Rejection::NotFound(
+            _
+        )))
+    ));
+    engine.shutdown().unwrap();
+}

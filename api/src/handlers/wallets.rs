@@ -307,7 +307,7 @@ pub async fn verify(app: &SharedApp, call: &Call) -> Handled {
     let wallet = authorized_wallet(app, call, id).await?;
     match app
         .engine
-        .execute(Command::VerifyIntegrity { wallet_id: id })
+        .verify_integrity(id)
         .await
         .map_err(engine_error)?
     {

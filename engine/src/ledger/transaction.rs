@@ -395,7 +395,7 @@ pub fn check_chain<'a>(
 }
 
 /// [`check_chain`] one entry at a time, for a chain read from a store in pieces.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ChainChecker {
     wallet_id: WalletId,
     currency: Currency,
@@ -404,6 +404,7 @@ pub struct ChainChecker {
     first_invalid: Option<EntryId>,
     first_bad_hash: Option<EntryId>,
     checked: u64,
+    last: Option<EntryId>,
 }
 
 impl ChainChecker {
@@ -417,7 +418,14 @@ impl ChainChecker {
             first_invalid: None,
             first_bad_hash: None,
             checked: 0,
+            last: None,
         }
+    }
+
+    /// The id of the last entry fed, if any.
+    #[must_use]
+    pub fn last_entry_id(&self) -> Option<EntryId> {
+        self.last
     }
 
     /// A checker that continues a chain after the entry with hash `prev`, at balance `balance`
@@ -448,6 +456,7 @@ impl ChainChecker {
         }
         // Continue the chain from the stored hash so one bad entry is reported once.
         self.prev = entry.hash;
+        self.last = Some(entry.id);
     }
 
     #[must_use]

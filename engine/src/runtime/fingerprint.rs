@@ -262,7 +262,7 @@ fn command_fields(out: &mut Canonical, command: &Command) {
         }
         Command::FreezeWallet { wallet_id }
         | Command::UnfreezeWallet { wallet_id }
-        | Command::VerifyIntegrity { wallet_id } => out.unsigned("wallet_id", wallet_id.0),
+        | Command::VerifyIntegrity { wallet_id, .. } => out.unsigned("wallet_id", wallet_id.0),
         Command::Deposit(m) | Command::Withdraw(m) => {
             out.amount("amount", m.amount);
             out.opt_currency("currency", m.currency);

@@ -19,7 +19,7 @@ impl Engine {
             Command::CreateWallet(create) => owner_shard(create.owner_id, count),
             Command::FreezeWallet { wallet_id }
             | Command::UnfreezeWallet { wallet_id }
-            | Command::VerifyIntegrity { wallet_id } => shard_of(wallet_id.0, count),
+            | Command::VerifyIntegrity { wallet_id, .. } => shard_of(wallet_id.0, count),
             Command::Deposit(movement) | Command::Withdraw(movement) => {
                 shard_of(movement.wallet_id.0, count)
             }
@@ -91,7 +91,7 @@ impl Engine {
             Command::CreateWallet(create) => owner_shard(create.owner_id, count),
             Command::FreezeWallet { wallet_id }
             | Command::UnfreezeWallet { wallet_id }
-            | Command::VerifyIntegrity { wallet_id } => by_wallet(*wallet_id),
+            | Command::VerifyIntegrity { wallet_id, .. } => by_wallet(*wallet_id),
             Command::Deposit(movement) | Command::Withdraw(movement) => {
                 by_wallet(movement.wallet_id)
             }

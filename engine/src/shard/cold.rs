@@ -41,13 +41,22 @@ pub trait ColdHistory: Send + Sync {
         wallet: WalletId,
         visit: &mut dyn FnMut(&Transaction) -> bool,
     ) -> ColdResult<()>;
-    /// Every filed entry of `wallet` with the hash of the entry before it, oldest first, until
-    /// `visit` returns false.
+    /// The filed entries of `wallet` after `after` (all of them for `None`) with the hash of the
+    /// entry before each, oldest first, until `visit` returns false: reads only that range.
+    fn for_each_entry_after(
+        &self,
+        wallet: WalletId,
+        after: Option<EntryId>,
+        visit: &mut dyn FnMut(&Hash, &LedgerEntry) -> bool,
+    ) -> ColdResult<()>;
+    /// Every filed entry of `wallet`, oldest first, until `visit` returns false.
     fn for_each_entry(
         &self,
         wallet: WalletId,
         visit: &mut dyn FnMut(&Hash, &LedgerEntry) -> bool,
-    ) -> ColdResult<()>;
+    ) -> ColdResult<()> {
+        self.for_each_entry_after(wallet, None, visit)
+    }
 }
 
 /// How the shard treats records that are not in its memory (see the module docs).

@@ -338,6 +338,10 @@ pub enum Command {
     /// Recompute the wallet's chain and balance; a valid result sets `balance_verified_at`.
     VerifyIntegrity {
         wallet_id: WalletId,
+        /// The check of the entries the history store held, run off the shard's thread
+        /// ([`crate::runtime::Engine::verify_integrity`]); the shard checks only the entries
+        /// after it. `None`: the shard checks the whole chain itself.
+        filed: Option<Box<crate::ledger::transaction::ChainChecker>>,
     },
     // ----- commerce (records on the merchant's / wallet's shard; see `payment`, `payout`) -----
     /// A pending payment, on the merchant wallet's shard.

@@ -214,9 +214,9 @@ impl Shard {
                     entries,
                 }
             }
-            Command::VerifyIntegrity { wallet_id } => {
-                Outcome::Integrity(self.integrity_report(*wallet_id, ctx.now_ms)?)
-            }
+            Command::VerifyIntegrity { wallet_id, filed } => Outcome::Integrity(
+                self.integrity_report(*wallet_id, ctx.now_ms, filed.as_deref())?,
+            ),
             commerce => self.commerce_outcome(commerce, events, ctx)?,
         };
         Ok(outcome)

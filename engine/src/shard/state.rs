@@ -368,11 +368,25 @@ impl Shard {
         &self,
         wallet: &Wallet,
     ) -> Result<crate::ledger::transaction::ChainCheck, Rejection> {
-        let mut checker = ChainChecker::new(wallet.id(), wallet.currency());
+        self.check_chain_after(wallet, ChainChecker::new(wallet.id(), wallet.currency()))
+    }
+
+    /// Continues `checker`, the check of a prefix of the wallet's chain (the entries the history
+    /// store held when it was read, off this thread), with the entries after it: those filed
+    /// and evicted since (read from the store: a short range) and those in memory. So a
+    /// verification costs the shard O(entries since the prefix), not O(ledger).
+    pub(crate) fn check_chain_after(
+        &self,
+        wallet: &Wallet,
+        mut checker: ChainChecker,
+    ) -> Result<crate::ledger::transaction::ChainCheck, Rejection> {
+        let after = checker.last_entry_id();
         let in_memory_from = wallet.entries().first().map(|entry| entry.id);
+        // Entries filed after the prefix was read and evicted since are only in the store; the
+        // range read stops at the first entry still in memory (at once, usually).
         if let Some(store) = self.recall.store() {
             store
-                .for_each_entry(wallet.id(), &mut |_, entry| {
+                .for_each_entry_after(wallet.id(), after, &mut |_, entry| {
                     if in_memory_from.is_some_and(|first| entry.id >= first) {
                         return false;
                     }
@@ -382,7 +396,9 @@ impl Shard {
                 .map_err(|e| unavailable(&e))?;
         }
         for entry in wallet.entries().iter() {
-            checker.feed(entry);
+            if after.is_none_or(|after| entry.id > after) {
+                checker.feed(entry);
+            }
         }
         Ok(checker.finish())
     }

@@ -215,7 +215,10 @@ fn verify_integrity_reports_and_records_verification() {
     h.deposit(wallet, "10");
     h.deposit(wallet, "2.5");
     h.now_ms += 1000;
-    let Outcome::Integrity(report) = h.ok(Command::VerifyIntegrity { wallet_id: wallet }) else {
+    let Outcome::Integrity(report) = h.ok(Command::VerifyIntegrity {
+        wallet_id: wallet,
+        filed: None,
+    }) else {
         panic!()
     };
     assert!(report.valid);
@@ -240,13 +243,19 @@ fn verify_integrity_reports_and_records_verification() {
     let ctx = h.ctx();
     let events = h
         .shard
-        .decide(&Command::VerifyIntegrity { wallet_id: wallet }, &ctx)
+        .decide(
+            &Command::VerifyIntegrity {
+                wallet_id: wallet,
+                filed: None,
+            },
+            &ctx,
+        )
         .unwrap();
     assert!(
         events.is_empty(),
         "an invalid chain is not recorded as verified"
     );
-    let report = h.shard.integrity_report(wallet, h.now_ms).unwrap();
+    let report = h.shard.integrity_report(wallet, h.now_ms, None).unwrap();
     assert!(!report.valid);
     assert_eq!(report.first_invalid_entry_id, Some(first));
     assert_eq!(
@@ -257,6 +266,67 @@ fn verify_integrity_reports_and_records_verification() {
         h.shard.check_invariants(),
         Err(crate::InvariantViolation::BrokenChain { .. })
     ));
+}
+
+/// `VerifyIntegrity` with a check of a prefix of the chain made elsewhere (the engine checks
+/// the entries the store holds off the shard's thread): the shard continues it with the entries
+/// after the prefix only, and the report equals the whole-chain one, wherever the prefix ends;
+/// a prefix check that found a bad entry keeps the wallet unverified.
+#[test]
+fn verify_integrity_continues_a_prefix_checked_off_the_shard() {
+    let mut h = Harness::new();
+    let wallet = h.create(1, "USD");
+    for cents in 1..=9 {
+        h.deposit(wallet, &format!("{cents}.25"));
+    }
+    h.now_ms += 1000;
+    let whole = h.shard.integrity_report(wallet, h.now_ms, None).unwrap();
+    assert!(whole.valid);
+    let entries: Vec<_> = h
+        .shard
+        .wallet(wallet)
+        .unwrap()
+        .entries()
+        .iter()
+        .cloned()
+        .collect();
+    let currency = h.shard.wallet(wallet).unwrap().currency();
+    for prefix in 0..=entries.len() {
+        let mut checker = crate::ledger::transaction::ChainChecker::new(wallet, currency);
+        for entry in &entries[..prefix] {
+            checker.feed(entry);
+        }
+        let continued = h
+            .shard
+            .integrity_report(wallet, h.now_ms, Some(&checker))
+            .unwrap();
+        assert_eq!(continued, whole, "prefix of {prefix} entries");
+    }
+
+    // A prefix check that saw a tampered entry: the report names it and nothing is recorded.
+    let mut tampered = entries[2].clone();
+    tampered.amount = dec("99.00");
+    let mut checker = crate::ledger::transaction::ChainChecker::new(wallet, currency);
+    for entry in entries[..2].iter().chain([&tampered]) {
+        checker.feed(entry);
+    }
+    let before = h.shard.wallet(wallet).unwrap().balance_verified_at_ms();
+    h.now_ms += 1000;
+    let ctx = h.ctx();
+    let command = Command::VerifyIntegrity {
+        wallet_id: wallet,
+        filed: Some(Box::new(checker)),
+    };
+    assert!(h.shard.decide(&command, &ctx).unwrap().is_empty());
+    let Ok(Outcome::Integrity(report)) = h.shard.execute(&command, &ctx).map(|(_, o)| o) else {
+        panic!("no integrity report")
+    };
+    assert!(!report.valid);
+    assert_eq!(report.first_invalid_entry_id, Some(entries[2].id));
+    assert_eq!(
+        h.shard.wallet(wallet).unwrap().balance_verified_at_ms(),
+        before
+    );
 }
 
 #[test]

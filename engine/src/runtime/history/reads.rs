@@ -4,11 +4,11 @@
 use std::sync::Arc;
 
 use super::{unavailable, History, HistoryStore, StoreError, StorePage};
-use crate::ledger::transaction::{entry_hash, Hash};
+use crate::ledger::transaction::{entry_hash, ChainChecker, Hash};
 use crate::ledger::view::{EntryView, HoldView, Holder, TransactionView};
 use crate::runtime::config::EngineError;
 use crate::runtime::engine::Engine;
-use crate::shard::command::{Page, Paged};
+use crate::shard::command::{Command, Outcome, Page, Paged};
 use crate::shard::state::Shard;
 use crate::values::error::Rejection;
 use crate::values::ids::WalletId;
@@ -98,6 +98,47 @@ impl Engine {
             |store| store.entries_page(wallet_id, offset, per_page, from_ms, to_ms),
             |holder, (prev_hash, entry)| EntryView::of(holder, entry, *prev_hash),
         )
+        .await
+    }
+
+    /// Verifies a wallet's whole hash chain and balance, and records a valid result (the
+    /// `VerifyIntegrity` command). The entries the history store holds are checked here, off the
+    /// shard's thread, after the indexer has filed everything durable; the shard then checks
+    /// only the entries after them (filed since, or still in memory) and records the result. A
+    /// wallet with 1M entries would otherwise stop its shard, and every wallet on it, for the
+    /// whole scan.
+    pub async fn verify_integrity(&self, wallet_id: WalletId) -> Result<Outcome, EngineError> {
+        let currency = self
+            .read_wallet(wallet_id, move |s| {
+                s.find_wallet(wallet_id).map(|wallet| wallet.currency())
+            })
+            .await?
+            .map_err(EngineError::Rejected)?;
+        self.inner
+            .history
+            .caught_up(self.inner.wal.durable_lsn())
+            .await?;
+        let store = self.inner.store.clone();
+        let check = move || {
+            let mut checker = ChainChecker::new(wallet_id, currency);
+            store
+                .for_each_entry_after(wallet_id, None, &mut |(_, entry)| {
+                    checker.feed(entry);
+                    true
+                })
+                .map(|()| checker)
+        };
+        let filed = match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => runtime.spawn_blocking(check).await.map_err(|error| {
+                EngineError::Unavailable(format!("the integrity check failed: {error}"))
+            })?,
+            Err(_) => check(),
+        }
+        .map_err(unavailable)?;
+        self.execute(Command::VerifyIntegrity {
+            wallet_id,
+            filed: Some(Box::new(filed)),
+        })
         .await
     }
 

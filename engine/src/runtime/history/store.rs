@@ -550,6 +550,31 @@ impl HistoryStore {
         self.with(|open| oldest_first(&open.entries, wallet_id, "entry", visit))
     }
 
+    /// Visits the entries of a wallet after `after` (every one for `None`), oldest first, until
+    /// `visit` returns false; reads only that range.
+    pub fn for_each_entry_after(
+        &self,
+        wallet_id: WalletId,
+        after: Option<EntryId>,
+        visit: &mut dyn FnMut(&(Hash, LedgerEntry)) -> bool,
+    ) -> Result<(), StoreError> {
+        self.with(|open| {
+            let w = wallet_id.0;
+            let from = after.map_or(0, |id| id.0.saturating_add(1));
+            if after.is_some_and(|id| id.0 == u64::MAX) {
+                return Ok(());
+            }
+            for guard in open.entries.range(key2(w, from)..=key2(w, u64::MAX)) {
+                let (key, bytes) = guard.into_inner()?;
+                let record: (Hash, LedgerEntry) = decode("entry", &key, &bytes)?;
+                if !visit(&record) {
+                    break;
+                }
+            }
+            Ok(())
+        })
+    }
+
     /// Visits every transaction of a wallet, oldest first.
     pub fn for_each_transaction(
         &self,
@@ -666,18 +691,15 @@ impl crate::shard::cold::ColdHistory for HistoryStore {
         .map_err(|e| e.to_string())
     }
 
-    fn for_each_entry(
+    fn for_each_entry_after(
         &self,
         wallet: WalletId,
+        after: Option<EntryId>,
         visit: &mut dyn FnMut(&Hash, &LedgerEntry) -> bool,
     ) -> ColdResult<()> {
-        let mut going = true;
-        HistoryStore::for_each_entry(self, wallet, &mut |(before, entry)| {
-            if going {
-                going = visit(before, entry);
-            }
+        HistoryStore::for_each_entry_after(self, wallet, after, &mut |(before, entry)| {
+            visit(before, entry)
         })
-        .map(drop)
         .map_err(|e| e.to_string())
     }
 }

@@ -84,8 +84,8 @@ impl Shard {
                 transaction_uuid,
                 reason,
             } => self.decide_reverse(&mut draft, *transaction_uuid, reason)?,
-            Command::VerifyIntegrity { wallet_id } => {
-                let report = self.integrity_report(*wallet_id, ctx.now_ms)?;
+            Command::VerifyIntegrity { wallet_id, filed } => {
+                let report = self.integrity_report(*wallet_id, ctx.now_ms, filed.as_deref())?;
                 if report.valid {
                     draft.push(Event::BalanceVerified {
                         wallet_id: *wallet_id,
@@ -455,9 +455,13 @@ impl Shard {
         &self,
         wallet_id: WalletId,
         now_ms: i64,
+        filed: Option<&crate::ledger::transaction::ChainChecker>,
     ) -> Result<IntegrityReport, Rejection> {
         let wallet = self.find_wallet(wallet_id)?;
-        let check = self.check_whole_chain(wallet)?;
+        let check = match filed {
+            Some(filed) => self.check_chain_after(wallet, filed.clone())?,
+            None => self.check_whole_chain(wallet)?,
+        };
         let valid = check.first_invalid_entry_id.is_none()
             && check.last_hash == wallet.chain_head()
             && check.ledger_balance == Some(wallet.balance());
