@@ -76,13 +76,18 @@ pub fn deposit_command(wallet_id: WalletId, cents: i64) -> Command {
 }
 
 pub fn transfer_command(source: WalletId, target: WalletId, cents: i64) -> Command {
-    Command::Transfer(TransferArgs {
+    Command::Transfer(transfer_args(source, target, cents))
+}
+
+/// A transfer of `cents` YER hundredths between two customer wallets, as a batch item carries it.
+pub fn transfer_args(source: WalletId, target: WalletId, cents: i64) -> TransferArgs {
+    TransferArgs {
         source_wallet_id: source,
         target_wallet_id: target,
         amount: Decimal::new(cents, 2),
         currency: yer(),
         details: Details::default(),
-    })
+    }
 }
 
 /// What a closed-loop run did.

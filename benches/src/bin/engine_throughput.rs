@@ -11,7 +11,10 @@
 //! awaiting `Engine::execute` before its next command) for SECONDS doing deposits into random
 //! wallets, then transfers between random wallets (with 2 shards about half of those are
 //! cross-shard: three WAL records each instead of one), then, with 2 shards, transfers between
-//! random wallets of the same shard only and of different shards only.
+//! random wallets of the same shard only and of different shards only; then transfers between
+//! random wallets in batches of 100 and of 1,000 (`Engine::execute_batch`, not atomic) from
+//! [`BATCH_CALLERS`] callers: one actor message and one WAL record per shard and step instead of
+//! one per transfer (issue 15). Batch rows count transfers, not batches, in every per-op column.
 //!
 //! Baselines from the same run: raw 4 KiB pwrite + fdatasync on one thread (the disk), and the
 //! bare WAL with 256 async appenders of records the size the engine's records had (the log alone,
@@ -20,11 +23,13 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use engine::runtime::Engine;
+use engine::runtime::batch::BatchItem;
+use engine::runtime::{Engine, EngineError};
+use engine::shard::command::BatchItemResult;
 use engine::WalletId;
 use walletd_benches::engine_load::{
     caller_runtime, closed_loop, create_wallets, deposit_command, engine_config, open_engine,
-    print_header, process_cpu_seconds, transfer_command, Rng, Run,
+    print_header, process_cpu_seconds, transfer_args, transfer_command, Rng, Run,
 };
 use walletd_benches::{run_async_appenders, scratch_dir, wal_options, RawSync};
 
@@ -33,6 +38,10 @@ const RAW_FILE_BYTES: u64 = 16 << 20;
 const BASELINE_RUN: Duration = Duration::from_secs(1);
 /// Bytes of a deposit's WAL record (measured: the "WAL B/op" column of the deposit rows).
 const DEPOSIT_RECORD_BYTES: usize = 357;
+/// Closed-loop callers of the batch rows (the HTTP bench's batch rows use 8 connections).
+const BATCH_CALLERS: usize = 8;
+/// Transfers per batch in the batch rows.
+const BATCH_SIZES: [usize; 2] = [100, 1_000];
 
 /// Which pairs of wallets a transfer run picks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,6 +59,8 @@ struct Row {
     bare_wal_per_second: f64,
     workload: String,
     run: Run,
+    /// Transfers one operation carries (1, or the batch size): per-op columns count transfers.
+    items_per_op: u64,
     /// CPU seconds the whole process used during the run (all threads).
     cpu_seconds: f64,
     syncs: u64,
@@ -116,17 +127,17 @@ fn main() {
     );
     println!();
     println!(
-        "| point     | workload                   |    ops/s | CPU us/op | cores busy | syncs/s | ops/sync | sync mean | WAL B/op | raw syncs/s | bare WAL rec/s | ops/s ÷ bare WAL |"
+        "| point     | workload                     |    ops/s | CPU us/op | cores busy | syncs/s | ops/sync | sync mean | WAL B/op | raw syncs/s | bare WAL rec/s | ops/s ÷ bare WAL |"
     );
     println!(
-        "|-----------|----------------------------|---------:|----------:|-----------:|--------:|---------:|----------:|---------:|------------:|---------------:|-----------------:|"
+        "|-----------|------------------------------|---------:|----------:|-----------:|--------:|---------:|----------:|---------:|------------:|---------------:|-----------------:|"
     );
     for row in &rows {
-        let rate = row.run.per_second();
-        let ops = row.run.accepted + row.run.rejected;
+        let rate = row.run.per_second() * row.items_per_op as f64;
+        let ops = (row.run.accepted + row.run.rejected) * row.items_per_op;
         let secs = row.run.elapsed.as_secs_f64();
         println!(
-            "| {:<9} | {:<26} | {rate:>8.0} | {:>9.1} | {:>10.2} | {:>7.0} | {:>8.1} | {:>6.0} us | {:>8.0} | {:>11.0} | {:>14.0} | {:>16.2} |",
+            "| {:<9} | {:<28} | {rate:>8.0} | {:>9.1} | {:>10.2} | {:>7.0} | {:>8.1} | {:>6.0} us | {:>8.0} | {:>11.0} | {:>14.0} | {:>16.2} |",
             row.point,
             row.workload,
             row.cpu_seconds * 1e6 / ops.max(1) as f64,
@@ -176,7 +187,7 @@ fn measure(
     let (engine, _) = open_engine(engine_config(dir.path(), shards, fsync));
     let runtime = caller_runtime();
     let mut rows = Vec::new();
-    let mut row = |workload: &str, engine: &Engine, run: &dyn Fn() -> Run| {
+    let mut row = |workload: &str, items_per_op: u64, engine: &Engine, run: &dyn Fn() -> Run| {
         let before = engine.wal_stats();
         let cpu_before = process_cpu_seconds();
         let run = run();
@@ -184,13 +195,14 @@ fn measure(
         let after = engine.wal_stats();
         eprintln!(
             "  {point} {workload}: {:.0} ops/s ({} rejected)",
-            run.per_second(),
+            run.per_second() * items_per_op as f64,
             run.rejected
         );
         rows.push(Row {
             point: point.to_string(),
             workload: workload.to_string(),
             run,
+            items_per_op,
             cpu_seconds,
             raw_syncs_per_second: 0.0,
             bare_wal_per_second: 0.0,
@@ -202,7 +214,7 @@ fn measure(
 
     let started = Instant::now();
     let ids = std::cell::RefCell::new(Vec::new());
-    row("create wallet", &engine, &|| {
+    row("create wallet", 1, &engine, &|| {
         let (created, run) = create_wallets(&runtime, &engine, 1, wallets, callers);
         *ids.borrow_mut() = created;
         run
@@ -215,7 +227,7 @@ fn measure(
     {
         let (engine_c, ids_c) = (engine.clone(), ids.clone());
         let next = Arc::new(std::sync::atomic::AtomicU64::new(0));
-        row("deposit, every wallet once", &engine, &|| {
+        row("deposit, every wallet once", 1, &engine, &|| {
             let (engine, ids, next) = (engine_c.clone(), ids_c.clone(), next.clone());
             closed_loop(
                 &runtime,
@@ -235,7 +247,7 @@ fn measure(
     }
     {
         let (engine_c, ids_c) = (engine.clone(), ids.clone());
-        row("deposit, random wallet", &engine, &|| {
+        row("deposit, random wallet", 1, &engine, &|| {
             let (engine, ids) = (engine_c.clone(), ids_c.clone());
             closed_loop(&runtime, callers, None, run_time, move |caller, counter| {
                 let mut rng = Rng::new((caller as u64) << 32 | counter);
@@ -272,7 +284,7 @@ fn measure(
             Pairs::CrossShard => "transfer, cross-shard pair",
         };
         let (engine_c, ids_c) = (engine.clone(), ids.clone());
-        row(workload, &engine, &|| {
+        row(workload, 1, &engine, &|| {
             let (engine, ids, by_shard) = (engine_c.clone(), ids_c.clone(), by_shard.clone());
             closed_loop(&runtime, callers, None, run_time, move |caller, counter| {
                 let mut rng = Rng::new((caller as u64) << 32 | counter | 1 << 63);
@@ -285,6 +297,45 @@ fn measure(
                     Ok(())
                 }
             })
+        });
+    }
+    for size in BATCH_SIZES {
+        let workload = format!("transfer batch x{size}, random");
+        let (engine_c, ids_c) = (engine.clone(), ids.clone());
+        row(&workload, size as u64, &engine, &|| {
+            let (engine, ids) = (engine_c.clone(), ids_c.clone());
+            closed_loop(
+                &runtime,
+                BATCH_CALLERS.min(callers),
+                None,
+                run_time,
+                move |caller, counter| {
+                    let mut rng = Rng::new((caller as u64) << 32 | counter | 1 << 62);
+                    let items = (0..size)
+                        .map(|_| {
+                            let (source, target) = rng.two_of(&ids);
+                            BatchItem::Transfer(transfer_args(
+                                source,
+                                target,
+                                1 + rng.below(100) as i64,
+                            ))
+                        })
+                        .collect();
+                    let engine = engine.clone();
+                    async move {
+                        let answer = engine.execute_batch(items, false).await?;
+                        // A refused item fails the run (the row asserts none): every wallet
+                        // holds far more than a run can move out of it.
+                        match answer.items.into_iter().find_map(|item| match item {
+                            BatchItemResult::Rejected(rejection) => Some(rejection),
+                            _ => None,
+                        }) {
+                            Some(rejection) => Err(EngineError::Rejected(rejection)),
+                            None => Ok(()),
+                        }
+                    }
+                },
+            )
         });
     }
     drop(runtime);
