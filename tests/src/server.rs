@@ -466,6 +466,12 @@ impl Server {
             .expect("wait for walletd")
     }
 
+    /// Leaves the environment variable `name` out of later starts (e.g. a fault hook, before the
+    /// restart that recovers from it).
+    pub fn remove_env(&mut self, name: &str) {
+        self.options.env.retain(|(set, _)| *set != name);
+    }
+
     /// Starts the server again on the same data dir (after [`Server::stop`] or
     /// [`Server::kill_hard`]), on a new port.
     pub fn restart(&mut self) {
