@@ -696,6 +696,12 @@ fn replay(args: &ReplayArgs) -> anyhow::Result<()> {
             .map_err(|e| anyhow::anyhow!("{e}"))?
             .map_err(|difference| anyhow::anyhow!("invariant violated: history store: {difference}"))?;
         println!("history store: {compared} records agree with the shards");
+        let rows = engine
+            .verify_reports()
+            .await
+            .map_err(|e| anyhow::anyhow!("{e}"))?
+            .map_err(|difference| anyhow::anyhow!("invariant violated: report aggregates: {difference}"))?;
+        println!("report aggregates: {rows} day rows agree with a recount of the records");
         let pending = engine
             .pending_cross_shard_moves()
             .await

@@ -1,9 +1,9 @@
-//! Reports (decisions.md §4, docs/commerce-api.md "Reports"): each shard tallies its records, the
-//! engine's `merge_*` functions sum the shards, and the rows are rendered in key order.
+//! Reports (decisions.md §4, docs/commerce-api.md "Reports"): fees, payouts, settlements and
+//! transactions come from the per-day aggregates of the history store (docs/history.md
+//! "Reports"); the balance summary is a read of every shard's current balances, summed by
+//! `merge_balance_rows`. Rows are rendered in key order.
 
-use engine::shard::commerce::report::{
-    merge_balance_rows, merge_fee_rows, merge_status_rows, merge_transaction_rows, ReportRange,
-};
+use engine::shard::commerce::report::{merge_balance_rows, ReportRange};
 use engine::Currency;
 use hyper::StatusCode;
 use serde::Serialize;
@@ -137,11 +137,10 @@ pub async fn report(app: &SharedApp, call: &Call) -> Handled {
     let engine = &app.engine;
     match call.op {
         Op::GetFeeReport => {
-            let shards = engine
-                .read_all(move |s| s.fee_report(&range))
+            let rows = engine
+                .fee_report(&range)
                 .await
-                .map_err(engine_error)?;
-            let rows = merge_fee_rows(shards)
+                .map_err(engine_error)?
                 .into_iter()
                 .map(|row| FeeRowJson {
                     currency_code: row.currency.code().to_owned(),
@@ -152,11 +151,10 @@ pub async fn report(app: &SharedApp, call: &Call) -> Handled {
             answer(&range, rows)
         }
         Op::GetPayoutReport => {
-            let shards = engine
-                .read_all(move |s| s.payout_report(&range))
+            let rows = engine
+                .payout_report(&range)
                 .await
-                .map_err(engine_error)?;
-            let rows = merge_status_rows(shards)
+                .map_err(engine_error)?
                 .into_iter()
                 .map(|row| StatusRowJson {
                     status: row.status.as_str(),
@@ -168,11 +166,10 @@ pub async fn report(app: &SharedApp, call: &Call) -> Handled {
             answer(&range, rows)
         }
         Op::GetSettlementReport => {
-            let shards = engine
-                .read_all(move |s| s.settlement_report(&range))
+            let rows = engine
+                .settlement_report(&range)
                 .await
-                .map_err(engine_error)?;
-            let rows = merge_status_rows(shards)
+                .map_err(engine_error)?
                 .into_iter()
                 .map(|row| StatusRowJson {
                     status: row.status.as_str(),
@@ -202,14 +199,10 @@ pub async fn report(app: &SharedApp, call: &Call) -> Handled {
             answer(&range, rows)
         }
         _ => {
-            let shards = engine
-                .read_all(move |s| s.transaction_report(&range))
+            let rows = engine
+                .transaction_report(&range)
                 .await
                 .map_err(engine_error)?
-                .into_iter()
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(|rejection| ApiError::from_rejection(&rejection))?;
-            let rows = merge_transaction_rows(shards)
                 .into_iter()
                 .map(|row| TransactionRowJson {
                     transaction_type: row.transaction_type.as_str(),

@@ -147,6 +147,28 @@ fn history_error(path: &std::path::Path, error: &history::StoreError) -> OpenErr
 /// The file in a data dir that records its shard count, as decimal text.
 pub const SHARDS_FILE: &str = "shards";
 
+/// Counts the report aggregates of a store that lacks them (see `history::report_days`).
+fn build_reports(
+    store: &history::HistoryStore,
+    shards: &[Shard],
+) -> Result<(), history::StoreError> {
+    if store.reports_ready()? {
+        return Ok(());
+    }
+    let started = std::time::Instant::now();
+    let mut recount = history::Recount::default();
+    for shard in shards {
+        recount.shard(shard)?;
+    }
+    store.recount_transactions(&mut recount)?;
+    store.build_reports(recount)?;
+    tracing::info!(
+        took_ms = started.elapsed().as_millis() as u64,
+        "report aggregates built from the records of a store written before them"
+    );
+    Ok(())
+}
+
 /// The shard count a data dir was created with; `None` for a new one (or one written before the
 /// count was recorded).
 pub fn recorded_shard_count(data_dir: &std::path::Path) -> Result<Option<u32>, OpenError> {
@@ -338,6 +360,11 @@ pub(crate) fn open(
         .answers_complete()
         .and_then(|()| store.persist())
         .map_err(|e| history_error(&store_path, &e))?;
+    // A store written before the report aggregates existed gets them counted now, from the
+    // records the engine holds at the end of the log: the shards' wallets, payments, payouts
+    // and settlements (all in memory after replay) and the transactions the store filed. Until
+    // then filing left the aggregates alone and reports are refused.
+    build_reports(&store, &state.shards).map_err(|e| history_error(&store_path, &e))?;
     let table = Arc::new(std::mem::take(&mut state.table));
     filer.serve_answers(history::indexer::Answers {
         table: table.clone(),

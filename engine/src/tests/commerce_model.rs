@@ -121,8 +121,8 @@ struct Model {
     settlements: BTreeMap<SettlementId, SettlementStatus>,
 }
 
-struct Run {
-    h: Harness,
+pub(crate) struct Run {
+    pub(crate) h: Harness,
     /// Customers (payers) and merchant wallets; all wallets for deposits and payouts.
     payers: Vec<WalletId>,
     merchants: Vec<WalletId>,
@@ -135,7 +135,12 @@ struct Run {
 
 impl Run {
     fn new() -> Self {
-        let mut h = Harness::new();
+        Self::on_shard(Shard::new(0, 1).unwrap())
+    }
+
+    /// A run on `shard` (one of several: ids and uuids stay apart).
+    pub(crate) fn on_shard(shard: Shard) -> Self {
+        let mut h = Harness::with_shard(shard);
         let mut payers = Vec::new();
         for (owner, currency) in [(1, "USD"), (2, "USD"), (3, "JPY")] {
             let wallet = h.create(owner, currency);
@@ -360,7 +365,7 @@ impl Run {
         }
     }
 
-    fn step(&mut self, op: &Op) {
+    pub(crate) fn step(&mut self, op: &Op) {
         let command = self.command(op);
         let Ok(outcome) = self.h.exec(command) else {
             return;

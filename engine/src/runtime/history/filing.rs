@@ -7,7 +7,8 @@
 //!
 //! One call files a group of records as one atomic write batch. A batch cannot read its own
 //! writes, so records changed twice within it (a transfer refunded a moment later) go through a
-//! batch-local overlay that later events of the batch read first.
+//! batch-local overlay that later events of the batch read first. The report aggregates
+//! ([`super::report_days`]) are read-modify-written the same way, in the same batch.
 
 use std::collections::HashMap;
 
@@ -16,6 +17,7 @@ use serde::Serialize;
 
 use super::answers::file_answer;
 use super::pages::{directory_key, starts_block, Paged};
+use super::report_days::{ReportBatch, Scope};
 use super::store::{
     counts_in, decode, encode, key2, key3, time_key, HistoryStore, Open, StoreError, INDEXED_LSN,
 };
@@ -36,6 +38,9 @@ pub(crate) struct ChainHeads {
     heads: HashMap<u64, Hash>,
     /// Grows with wallets, not with history (a wallet costs ~60 bytes here).
     counts: HashMap<u64, (u64, u64, u64)>,
+    /// Each recently seen wallet's business, currency and whether the transaction report counts
+    /// it (a miss reads `report_subjects`); forgotten past [`CHAIN_HEADS_MAX`].
+    scopes: HashMap<u64, Scope>,
 }
 
 impl ChainHeads {
@@ -43,6 +48,7 @@ impl ChainHeads {
     pub(crate) fn clear(&mut self) {
         self.heads.clear();
         self.counts.clear();
+        self.scopes.clear();
     }
 }
 
@@ -83,9 +89,16 @@ pub(crate) fn file_batch(
             overlay: HashMap::new(),
             counts: HashMap::new(),
         };
+        let mut reports = open
+            .reports
+            .load(std::sync::atomic::Ordering::Acquire)
+            .then(ReportBatch::default);
         for record in records {
             for event in &record.events {
                 batch.file(event, heads)?;
+                if let Some(reports) = reports.as_mut() {
+                    reports.file(open, &mut heads.scopes, event)?;
+                }
             }
             if let Some(answer) = &record.answer {
                 file_answer(open, &mut batch.writes, answer, record.lsn)?;
@@ -94,6 +107,9 @@ pub(crate) fn file_batch(
         let Batch {
             mut writes, counts, ..
         } = batch;
+        if let Some(reports) = reports {
+            reports.write(open, &mut writes)?;
+        }
         for (wallet, tally) in counts {
             let next = tally.next;
             writes.insert(
@@ -112,6 +128,9 @@ pub(crate) fn file_batch(
     }
     if heads.heads.len() > CHAIN_HEADS_MAX {
         heads.heads.clear();
+    }
+    if heads.scopes.len() > CHAIN_HEADS_MAX {
+        heads.scopes.clear();
     }
     result
 }

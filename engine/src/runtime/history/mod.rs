@@ -23,6 +23,10 @@ mod filing;
 pub mod indexer;
 mod pages;
 mod reads;
+mod report_days;
+#[cfg(test)]
+mod report_tests;
+mod reports;
 pub mod store;
 
 use std::sync::Arc;
@@ -31,6 +35,7 @@ use tokio::sync::watch;
 
 pub use self::answers::StoredAnswer;
 pub use self::indexer::Progress;
+pub use self::report_days::Recount;
 pub use self::store::{HistoryStore, StoreError, StorePage, WalletCounts, STORE_DIR};
 use crate::runtime::config::EngineError;
 pub use crate::runtime::config::HistoryConfig;

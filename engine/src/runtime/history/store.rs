@@ -20,6 +20,7 @@
 //! counts        wallet                          -> transactions | entries | holds
 //! answers, answer_times                         idempotency answers ([`super::answers`])
 //! pages         wallet | kind | block           -> id            the page directory ([`super::pages`])
+//! report_days, report_subjects                  report aggregates ([`super::report_days`])
 //! ```
 //!
 //! An entry is stored with the hash of the entry before it, so a page of the statement shows each
@@ -191,11 +192,16 @@ pub(crate) struct Open {
     pub(crate) answers: fjall::Keyspace,
     pub(crate) answer_times: fjall::Keyspace,
     pub(crate) pages: fjall::Keyspace,
+    pub(crate) report_days: fjall::Keyspace,
+    pub(crate) report_subjects: fjall::Keyspace,
+    /// The report aggregates count every filed record (`meta` `reports_complete`); until then
+    /// filing leaves them alone and reports are refused.
+    pub(crate) reports: std::sync::atomic::AtomicBool,
 }
 
 impl Open {
     /// Every keyspace with the memtable size at which the indexer seals it.
-    fn keyspaces(&self) -> [(&fjall::Keyspace, u64); 11] {
+    fn keyspaces(&self) -> [(&fjall::Keyspace, u64); 13] {
         const LARGE: u64 = 16 << 20;
         const SMALL: u64 = 8 << 20;
         [
@@ -210,6 +216,8 @@ impl Open {
             (&self.answers, LARGE),
             (&self.answer_times, SMALL),
             (&self.pages, SMALL),
+            (&self.report_days, SMALL),
+            (&self.report_subjects, SMALL),
         ]
     }
 }
@@ -275,9 +283,28 @@ impl HistoryStore {
             answers: keyspace("answers")?,
             answer_times: keyspace("answer_times")?,
             pages: keyspace("pages")?,
+            report_days: keyspace("report_days")?,
+            report_subjects: keyspace("report_subjects")?,
+            reports: std::sync::atomic::AtomicBool::new(false),
             db,
         };
         super::pages::complete_directory(&open)?;
+        let reports = if open
+            .meta
+            .get(super::report_days::REPORTS_COMPLETE)?
+            .is_some()
+        {
+            true
+        } else if open.meta.get(INDEXED_LSN)?.is_none() {
+            // A new store counts every record from the first one.
+            open.meta
+                .insert(super::report_days::REPORTS_COMPLETE, Vec::new())?;
+            true
+        } else {
+            false
+        };
+        open.reports
+            .store(reports, std::sync::atomic::Ordering::Release);
         Ok(HistoryStore {
             open: std::sync::RwLock::new(Some(open)),
         })

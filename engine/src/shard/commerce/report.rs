@@ -11,6 +11,11 @@
 //!
 //! Rows come in key order (`BTreeMap`), so the output is deterministic. Sums saturate instead of
 //! overflowing (they cannot reach `Decimal`'s 7.9e28 with amounts of at most 1e12 each).
+//!
+//! The API serves fees, payouts, settlements and transactions from per-day aggregates the
+//! history indexer keeps (`runtime::history::report_days`, docs/history.md "Reports"); the
+//! `Shard` methods here count the records a shard holds and are the reference the aggregates are
+//! tested against (a whole-history shard, `Recall::Keep`), and the summary (current balances).
 
 use std::collections::BTreeMap;
 
@@ -18,7 +23,7 @@ use rust_decimal::Decimal;
 
 use crate::values::error::Rejection;
 
-use crate::commerce::payout::{PayoutStatus, SettlementStatus};
+use crate::commerce::payout::{PayoutStatus, SettlementStatus, DAY_MS};
 use crate::ledger::transaction::TransactionType;
 use crate::ledger::wallet::OwnerType;
 use crate::shard::state::Shard;
@@ -35,6 +40,20 @@ pub struct ReportRange {
 }
 
 impl ReportRange {
+    /// The first and last UTC day (days since the epoch) of a range of whole days, `None` when
+    /// the range starts or ends inside a day (the aggregates cannot answer it exactly).
+    #[must_use]
+    pub fn whole_days(&self) -> Option<(i64, i64)> {
+        let starts = self.from_ms.rem_euclid(DAY_MS) == 0;
+        let ends = self.to_ms.rem_euclid(DAY_MS) == DAY_MS - 1;
+        (starts && ends && self.from_ms <= self.to_ms).then(|| {
+            (
+                self.from_ms.div_euclid(DAY_MS),
+                self.to_ms.div_euclid(DAY_MS),
+            )
+        })
+    }
+
     fn covers(&self, at_ms: i64, business_id: u64, currency: Currency) -> bool {
         (self.from_ms..=self.to_ms).contains(&at_ms) && self.wants(business_id, currency)
     }
@@ -80,6 +99,101 @@ pub struct TransactionRow {
     pub currency: Currency,
     pub count: u64,
     pub total_amount: Decimal,
+}
+
+/// The reports the history indexer aggregates per business, currency and day; the number is the
+/// first byte of their keys in the store.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum ReportKind {
+    /// Payments completed in the day (one row).
+    Fees = 1,
+    /// Payouts created in the day, by current status.
+    Payouts = 2,
+    /// Settlements created in the day, by current status.
+    Settlements = 3,
+    /// Client wallet transactions created in the day, by type.
+    Transactions = 4,
+}
+
+/// The payout statuses in the order of their row codes (never reorder: the codes are stored).
+pub const PAYOUT_STATUSES: [PayoutStatus; 7] = [
+    PayoutStatus::Pending,
+    PayoutStatus::Approved,
+    PayoutStatus::Rejected,
+    PayoutStatus::Cancelled,
+    PayoutStatus::Executed,
+    PayoutStatus::Paid,
+    PayoutStatus::Failed,
+];
+
+/// The settlement statuses in the order of their row codes (stored).
+pub const SETTLEMENT_STATUSES: [SettlementStatus; 5] = [
+    SettlementStatus::Pending,
+    SettlementStatus::Approved,
+    SettlementStatus::Rejected,
+    SettlementStatus::Cancelled,
+    SettlementStatus::Executed,
+];
+
+/// The transaction types in the order of their row codes (stored).
+pub const TRANSACTION_TYPES: [TransactionType; 11] = [
+    TransactionType::Deposit,
+    TransactionType::Withdrawal,
+    TransactionType::Transfer,
+    TransactionType::Refund,
+    TransactionType::Reversal,
+    TransactionType::HoldCapture,
+    TransactionType::Payment,
+    TransactionType::PaymentRefund,
+    TransactionType::Payout,
+    TransactionType::PayoutReturn,
+    TransactionType::Settlement,
+];
+
+/// The row code of `value` in `table` (its position).
+#[must_use]
+pub fn row_code<T: PartialEq>(table: &[T], value: &T) -> u8 {
+    let position = table.iter().position(|known| known == value);
+    u8::try_from(position.unwrap_or(usize::MAX)).unwrap_or(u8::MAX)
+}
+
+/// Aggregated rows of one report: per (row code, currency), the count and total.
+pub type DayRows = BTreeMap<(u8, Currency), (u64, Decimal)>;
+
+/// Fee rows from aggregated rows (row code 0).
+#[must_use]
+pub fn fee_rows(rows: DayRows) -> Vec<FeeRow> {
+    merge_fee_rows([rows
+        .into_iter()
+        .map(|((_, currency), (count, total_fees))| FeeRow {
+            currency,
+            total_fees,
+            count,
+        })
+        .collect()])
+}
+
+/// Status rows from aggregated rows whose codes index `statuses`; an unknown code is `None`.
+#[must_use]
+pub fn status_rows_of<S: Ord + Copy>(statuses: &[S], rows: DayRows) -> Option<Vec<StatusRow<S>>> {
+    let mut tally: Tally<(S, Currency)> = BTreeMap::new();
+    for ((code, currency), counted) in rows {
+        tally.insert((*statuses.get(usize::from(code))?, currency), counted);
+    }
+    Some(status_rows(tally))
+}
+
+/// Transaction rows from aggregated rows; an unknown code is `None`.
+#[must_use]
+pub fn transaction_rows_of(rows: DayRows) -> Option<Vec<TransactionRow>> {
+    let mut tally: Tally<(TransactionType, Currency)> = BTreeMap::new();
+    for ((code, currency), counted) in rows {
+        tally.insert(
+            (*TRANSACTION_TYPES.get(usize::from(code))?, currency),
+            counted,
+        );
+    }
+    Some(transaction_rows(tally))
 }
 
 fn add(sum: Decimal, amount: Decimal) -> Decimal {
@@ -211,18 +325,21 @@ impl Shard {
                 true
             })?;
         }
-        Ok(rows
-            .into_iter()
-            .map(
-                |((transaction_type, currency), (count, total_amount))| TransactionRow {
-                    transaction_type,
-                    currency,
-                    count,
-                    total_amount,
-                },
-            )
-            .collect())
+        Ok(transaction_rows(rows))
     }
+}
+
+fn transaction_rows(rows: Tally<(TransactionType, Currency)>) -> Vec<TransactionRow> {
+    rows.into_iter()
+        .map(
+            |((transaction_type, currency), (count, total_amount))| TransactionRow {
+                transaction_type,
+                currency,
+                count,
+                total_amount,
+            },
+        )
+        .collect()
 }
 
 fn status_rows<S: Ord + Copy>(rows: Tally<(S, Currency)>) -> Vec<StatusRow<S>> {
@@ -301,14 +418,5 @@ pub fn merge_transaction_rows(
         *count += row.count;
         *total = add(*total, row.total_amount);
     }
-    rows.into_iter()
-        .map(
-            |((transaction_type, currency), (count, total_amount))| TransactionRow {
-                transaction_type,
-                currency,
-                count,
-                total_amount,
-            },
-        )
-        .collect()
+    transaction_rows(rows)
 }
