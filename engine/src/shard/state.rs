@@ -49,7 +49,7 @@ use crate::ledger::hold::Hold;
 use crate::ledger::hold::HoldStatus;
 use crate::ledger::transaction::Hash;
 use crate::ledger::transaction::{ChainChecker, LedgerEntry, Transaction};
-use crate::ledger::transfer::{IncomingTransfer, OutgoingTransfer, TransferState};
+use crate::ledger::transfer::{IncomingTransfer, OutgoingTransfer, TransferState, TransitTotals};
 use crate::ledger::view::{BalanceView, EntryView, HoldView, TransactionView, WalletView};
 use crate::ledger::wallet::{OwnerType, Wallet, WalletType};
 use crate::shard::cold::{unavailable, ColdHistory, ColdResult, Recall};
@@ -113,6 +113,9 @@ pub struct Shard {
     pub(crate) wallets: Vec<Wallet>,
     pub(crate) transfers_out: BTreeMap<Uuid, OutgoingTransfer>,
     pub(crate) transfers_in: BTreeMap<Uuid, IncomingTransfer>,
+    /// Per currency, what finished cross-shard moves sent and received (invariant 5; see
+    /// `moves`).
+    pub(crate) transit: BTreeMap<Currency, TransitTotals>,
     /// Payments, links, QR payloads, payouts, settlements, cross-shard payment steps.
     pub(crate) commerce: Commerce,
     pub(crate) index: Indexes,
@@ -123,6 +126,9 @@ pub struct Shard {
     /// Wallets whose records changed, by the stamp of the change, oldest first: where eviction
     /// looks once the indexer has filed that command.
     pub(crate) touched: VecDeque<(u64, WalletId)>,
+    /// Cross-shard moves finished, by the stamp of the command that finished them, oldest first:
+    /// they leave memory once it is filed (see `moves`).
+    pub(crate) moves_touched: VecDeque<(u64, crate::shard::moves::MoveKey)>,
 }
 
 impl Shard {
@@ -143,11 +149,13 @@ impl Shard {
             wallets: Vec::new(),
             transfers_out: BTreeMap::new(),
             transfers_in: BTreeMap::new(),
+            transit: BTreeMap::new(),
             commerce: Commerce::new(),
             index: Indexes::default(),
             recall: Recall::Keep,
             stamp: 0,
             touched: VecDeque::new(),
+            moves_touched: VecDeque::new(),
         }
     }
 
@@ -284,7 +292,7 @@ impl Shard {
     }
 
     /// A record from memory if it is there, else from the store (a shard with one).
-    fn hot_or_filed<'a, T: Clone>(
+    pub(crate) fn hot_or_filed<'a, T: Clone>(
         &self,
         hot: Option<&'a T>,
         filed: impl FnOnce(&dyn ColdHistory) -> ColdResult<Option<T>>,
@@ -398,11 +406,14 @@ impl Shard {
             .collect()
     }
 
+    /// An outgoing transfer in memory: in flight, or finished and not yet filed
+    /// ([`Shard::outgoing_record`] also reads the store).
     #[must_use]
     pub fn outgoing_transfer(&self, uuid: Uuid) -> Option<&OutgoingTransfer> {
         self.transfers_out.get(&uuid)
     }
 
+    /// An incoming transfer in memory ([`Shard::incoming_record`] also reads the store).
     #[must_use]
     pub fn incoming_transfer(&self, uuid: Uuid) -> Option<&IncomingTransfer> {
         self.transfers_in.get(&uuid)
@@ -445,7 +456,7 @@ impl Shard {
     }
 
     /// Drops from memory every record whose latest change is filed (commands stamped at or before
-    /// `filed`), except active holds. Returns how many records left. Nothing leaves a shard in
+    /// `filed`), except active holds and cross-shard moves in flight. Returns how many records left. Nothing leaves a shard in
     /// `Recall::Keep`.
     pub fn evict_filed(&mut self, filed: u64) -> usize {
         if !self.recall.evicts() {
@@ -459,7 +470,7 @@ impl Shard {
             self.touched.pop_front();
             gone += self.evict_wallet(wallet_id, filed);
         }
-        gone
+        gone + self.evict_filed_moves(filed)
     }
 
     /// Drops every record that may leave from every wallet (after recovery, once the store
@@ -475,9 +486,11 @@ impl Shard {
             .filter(|wallet| wallet.has_history())
             .map(Wallet::id)
             .collect();
-        ids.into_iter()
+        let gone: usize = ids
+            .into_iter()
             .map(|wallet_id| self.evict_wallet(wallet_id, u64::MAX))
-            .sum()
+            .sum();
+        gone + self.evict_all_moves()
     }
 
     fn evict_wallet(&mut self, wallet_id: WalletId, filed: u64) -> usize {

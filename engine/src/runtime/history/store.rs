@@ -20,6 +20,7 @@
 //! counts        wallet                          -> transactions | entries | holds
 //! answers, answer_times                         idempotency answers ([`super::answers`])
 //! pages         wallet | kind | block           -> id            the page directory ([`super::pages`])
+//! moves         kind | uuid                     -> MoveRecord    finished cross-shard moves ([`super::moves`])
 //! ```
 //!
 //! An entry is stored with the hash of the entry before it, so a page of the statement shows each
@@ -191,11 +192,12 @@ pub(crate) struct Open {
     pub(crate) answers: fjall::Keyspace,
     pub(crate) answer_times: fjall::Keyspace,
     pub(crate) pages: fjall::Keyspace,
+    pub(crate) moves: fjall::Keyspace,
 }
 
 impl Open {
     /// Every keyspace with the memtable size at which the indexer seals it.
-    fn keyspaces(&self) -> [(&fjall::Keyspace, u64); 11] {
+    fn keyspaces(&self) -> [(&fjall::Keyspace, u64); 12] {
         const LARGE: u64 = 16 << 20;
         const SMALL: u64 = 8 << 20;
         [
@@ -210,6 +212,7 @@ impl Open {
             (&self.answers, LARGE),
             (&self.answer_times, SMALL),
             (&self.pages, SMALL),
+            (&self.moves, SMALL),
         ]
     }
 }
@@ -275,6 +278,7 @@ impl HistoryStore {
             answers: keyspace("answers")?,
             answer_times: keyspace("answer_times")?,
             pages: keyspace("pages")?,
+            moves: keyspace("moves")?,
             db,
         };
         super::pages::complete_directory(&open)?;
@@ -679,5 +683,16 @@ impl crate::shard::cold::ColdHistory for HistoryStore {
         })
         .map(drop)
         .map_err(|e| e.to_string())
+    }
+
+    fn moved(
+        &self,
+        key: crate::shard::moves::MoveKey,
+    ) -> ColdResult<Option<crate::shard::moves::MoveRecord>> {
+        HistoryStore::moved(self, key).map_err(|e| e.to_string())
+    }
+
+    fn open_charge(&self, payment_uuid: Uuid) -> ColdResult<Option<Uuid>> {
+        HistoryStore::open_charge(self, payment_uuid).map_err(|e| e.to_string())
     }
 }
