@@ -14,6 +14,9 @@
 //! 5. **In transit is accounted for.** Per currency, the shard's in-transit account equals the
 //!    reserved-or-finalized outgoing transfers and payment reservations minus the credited incoming
 //!    ones; across shards the in-transit accounts net to zero once nothing is still `reserved`.
+//!    Finished moves leave memory once filed (`moves`), so the finalized and credited ones are
+//!    kept as per-currency totals updated in apply ([`Shard::transit_totals`]), and the records
+//!    in memory (those in flight) add their part.
 //! 6. **Indexes agree with the records** (owner uniqueness, uuid lookups, hold expiry queue,
 //!    settled transactions, open charges, payout holds).
 //! 7. **Commerce records agree with the money** (see `invariants_commerce`): a payment's fee + net
