@@ -409,3 +409,114 @@ fn a_version_4_snapshot_derives_the_in_transit_totals_from_its_records() {
         loaded.check_invariants().unwrap();
     }
 }
+
+/// A store that cannot be read.
+struct Unreadable;
+
+impl crate::shard::cold::ColdHistory for Unreadable {
+    fn transaction(
+        &self,
+        _: crate::WalletId,
+        _: crate::values::ids::TransactionId,
+    ) -> crate::shard::cold::ColdResult<Option<crate::ledger::transaction::Transaction>> {
+        Err("unreadable".into())
+    }
+    fn entry(
+        &self,
+        _: crate::WalletId,
+        _: crate::values::ids::EntryId,
+    ) -> crate::shard::cold::ColdResult<Option<crate::ledger::transaction::LedgerEntry>> {
+        Err("unreadable".into())
+    }
+    fn hold(
+        &self,
+        _: crate::WalletId,
+        _: crate::values::ids::HoldId,
+    ) -> crate::shard::cold::ColdResult<Option<crate::ledger::hold::Hold>> {
+        Err("unreadable".into())
+    }
+    fn locate_transaction(
+        &self,
+        _: crate::Uuid,
+    ) -> crate::shard::cold::ColdResult<Option<(crate::WalletId, crate::values::ids::TransactionId)>>
+    {
+        Err("unreadable".into())
+    }
+    fn locate_hold(
+        &self,
+        _: crate::Uuid,
+    ) -> crate::shard::cold::ColdResult<Option<(crate::WalletId, crate::values::ids::HoldId)>> {
+        Err("unreadable".into())
+    }
+    fn for_each_transaction(
+        &self,
+        _: crate::WalletId,
+        _: &mut dyn FnMut(&crate::ledger::transaction::Transaction) -> bool,
+    ) -> crate::shard::cold::ColdResult<()> {
+        Err("unreadable".into())
+    }
+    fn for_each_entry(
+        &self,
+        _: crate::WalletId,
+        _: &mut dyn FnMut(
+            &crate::ledger::transaction::Hash,
+            &crate::ledger::transaction::LedgerEntry,
+        ) -> bool,
+    ) -> crate::shard::cold::ColdResult<()> {
+        Err("unreadable".into())
+    }
+    fn moved(
+        &self,
+        _: crate::shard::moves::MoveKey,
+    ) -> crate::shard::cold::ColdResult<Option<crate::shard::moves::MoveRecord>> {
+        Err("unreadable".into())
+    }
+}
+
+/// A repeated step of a move that left memory reads the store; a store that cannot be read
+/// refuses it as unavailable and nothing changes (no credit, no settle).
+#[test]
+fn a_repeated_step_of_an_evicted_move_with_an_unreadable_store_is_unavailable() {
+    let (mut a, mut b) = two_shards();
+    let source = a.create(1, "USD");
+    let target = b.create(2, "USD");
+    a.deposit(source, "100");
+    let reserved = reserve(
+        &mut a,
+        Command::TransferReserve(transfer(source, target, "25", "USD")),
+    );
+    b.ok(Command::TransferCredit(TransferCredit::for_transfer(
+        &reserved,
+    )));
+    a.ok(Command::TransferFinalize {
+        transfer_uuid: reserved.uuid,
+    });
+    for h in [&mut a, &mut b] {
+        h.shard
+            .set_recall(crate::shard::cold::Recall::Store(std::sync::Arc::new(
+                Unreadable,
+            )));
+        h.shard.evict_all();
+        assert_eq!(h.shard.moves_in_memory(), 0);
+    }
+    let (a_before, b_before) = (a.shard.state_digest(), b.shard.state_digest());
+    let unavailable = |r: Rejection| matches!(r, Rejection::Unavailable(_));
+    assert!(unavailable(b.reject(Command::TransferCredit(
+        TransferCredit::for_transfer(&reserved)
+    ))));
+    for command in [
+        Command::TransferFinalize {
+            transfer_uuid: reserved.uuid,
+        },
+        Command::TransferRelease {
+            transfer_uuid: reserved.uuid,
+        },
+    ] {
+        assert!(unavailable(a.reject(command)));
+    }
+    assert_eq!(a.shard.state_digest(), a_before);
+    assert_eq!(b.shard.state_digest(), b_before);
+    assert_eq!(b.balance(target), dec("25.00"));
+    // Routing sends it to a shard that then refuses it, rather than calling it not found.
+    assert!(a.shard.holds_outgoing(reserved.uuid));
+}
