@@ -9,9 +9,10 @@
 use std::sync::Arc;
 
 use engine::commerce::payment::{PaymentProvider, PaymentStatus};
+use engine::ledger::transfer::TransferState;
 use engine::ledger::wallet::{OwnerType, WalletType};
 use engine::runtime::clock::SeededClock;
-use engine::runtime::{Engine, EngineConfig, EngineError, Renderer};
+use engine::runtime::{Engine, EngineConfig, Renderer};
 use engine::shard::command::{
     CreateWallet, Details, InitiatePayment, MoneyMove, PaymentCredit, RefundPayment, TransferArgs,
     TransferCredit,
@@ -115,6 +116,33 @@ fn transfer(source: WalletId, target: WalletId, value: &str) -> Command {
     })
 }
 
+/// A pending wallet payment of `value` from `payer` to merchant 7.
+async fn initiate(engine: &Engine, merchant: WalletId, payer: WalletId, value: &str) -> Uuid {
+    let initiated = engine
+        .execute(Command::InitiatePayment(InitiatePayment {
+            merchant_id: 7,
+            merchant_wallet_id: merchant,
+            payer_wallet_id: payer,
+            amount: amount(value),
+            currency: yer(),
+            fee: FeeRule {
+                percent: amount("1"),
+                fixed: amount("0"),
+            },
+            provider: PaymentProvider::Wallet,
+            description: None,
+            metadata: None,
+            idempotency_key: None,
+            payment_link_uuid: None,
+        }))
+        .await
+        .unwrap();
+    let Outcome::Payment(payment) = initiated else {
+        panic!("{initiated:?}")
+    };
+    payment.uuid
+}
+
 /// A merchant (7) and customers on every shard, funded; cross-shard transfers between the
 /// customers and cross-shard payments (confirmed, some refunded) to the merchant. Answers the
 /// wallets (merchant first) and the confirmed payments.
@@ -146,31 +174,10 @@ async fn workload(engine: &Engine, shards: u32) -> (Vec<WalletId>, Vec<Uuid>) {
         if engine.shard_of_wallet(*payer) == engine.shard_of_wallet(merchant) {
             continue;
         }
-        let initiated = engine
-            .execute(Command::InitiatePayment(InitiatePayment {
-                merchant_id: 7,
-                merchant_wallet_id: merchant,
-                payer_wallet_id: *payer,
-                amount: amount(&format!("{}.00", 20 + i)),
-                currency: yer(),
-                fee: FeeRule {
-                    percent: amount("1"),
-                    fixed: amount("0"),
-                },
-                provider: PaymentProvider::Wallet,
-                description: None,
-                metadata: None,
-                idempotency_key: None,
-                payment_link_uuid: None,
-            }))
-            .await
-            .unwrap();
-        let Outcome::Payment(payment) = initiated else {
-            panic!("{initiated:?}")
-        };
+        let payment = initiate(engine, merchant, *payer, &format!("{}.00", 20 + i)).await;
         let confirmed = engine
             .execute(Command::ConfirmPayment {
-                payment_uuid: payment.uuid,
+                payment_uuid: payment,
             })
             .await
             .unwrap();
@@ -182,16 +189,50 @@ async fn workload(engine: &Engine, shards: u32) -> (Vec<WalletId>, Vec<Uuid>) {
             // A cross-shard refund: reserve on the merchant's shard, credit on the payer's.
             engine
                 .execute(Command::RefundPayment(RefundPayment {
-                    payment_uuid: payment.uuid,
+                    payment_uuid: payment,
                     amount: Some(amount("5.00")),
                     reason: None,
                 }))
                 .await
                 .unwrap();
         }
-        payments.push(payment.uuid);
+        payments.push(payment);
     }
     assert!(!payments.is_empty());
+    // Refused moves: a transfer to a frozen wallet and a confirm to a frozen merchant are
+    // released (the payment's credit refusal is recorded on the merchant's shard).
+    let source = customers[0];
+    let frozen = *customers
+        .iter()
+        .find(|c| engine.shard_of_wallet(**c) != engine.shard_of_wallet(source))
+        .unwrap();
+    let remote_payer = *customers
+        .iter()
+        .find(|c| engine.shard_of_wallet(**c) != engine.shard_of_wallet(merchant))
+        .unwrap();
+    let refused = initiate(engine, merchant, remote_payer, "9.00").await;
+    for wallet_id in [frozen, merchant] {
+        engine
+            .execute(Command::FreezeWallet { wallet_id })
+            .await
+            .unwrap();
+    }
+    engine
+        .execute(transfer(source, frozen, "3.00"))
+        .await
+        .unwrap_err();
+    engine
+        .execute(Command::ConfirmPayment {
+            payment_uuid: refused,
+        })
+        .await
+        .unwrap_err();
+    for wallet_id in [frozen, merchant] {
+        engine
+            .execute(Command::UnfreezeWallet { wallet_id })
+            .await
+            .unwrap();
+    }
     (wallets, payments)
 }
 
@@ -207,80 +248,89 @@ fn filed_moves(engine: &Engine) -> Vec<MoveRecord> {
 }
 
 /// Repeats every step of every finished move: each is answered from the store (no move is in
-/// memory), changes no balance and leaves nothing in memory.
+/// memory), changes no balance and leaves nothing in memory. The step that settled a move is
+/// answered with the filed record, the other settle is refused, a finalized move's credit is a
+/// duplicate and a released payment step's credit is refused again (its refusal is filed).
 async fn repeat_finished_steps(engine: &Engine, wallets: &[WalletId], payments: &[Uuid]) {
     let before = balances(engine, wallets).await;
     let records = filed_moves(engine);
-    let mut repeated = 0;
+    let (mut finalized, mut released, mut refusals) = (0, 0, 0);
     for record in &records {
-        match record {
-            MoveRecord::Outgoing(transfer) => {
-                let credit = TransferCredit::for_transfer(transfer);
-                let again = engine
-                    .execute(Command::TransferCredit(credit))
-                    .await
-                    .unwrap();
-                let Outcome::TransferCredited { duplicate, .. } = again else {
-                    panic!("{again:?}")
-                };
-                assert!(
-                    duplicate,
-                    "a repeated credit of {} moved money",
-                    transfer.uuid
-                );
-                let settled = engine
-                    .execute(Command::TransferFinalize {
-                        transfer_uuid: transfer.uuid,
-                    })
-                    .await
-                    .unwrap();
-                assert!(matches!(settled, Outcome::TransferSettled(ref t) if t == transfer));
-                let release = engine
-                    .execute(Command::TransferRelease {
-                        transfer_uuid: transfer.uuid,
-                    })
-                    .await
-                    .unwrap_err();
-                assert!(
-                    matches!(
-                        release,
-                        EngineError::Rejected(Rejection::InvalidState("transfer is finalized"))
-                    ),
-                    "{release}"
-                );
-                repeated += 1;
+        let (state, credit, finalize, release) = match record {
+            MoveRecord::Outgoing(t) => (
+                t.state,
+                Command::TransferCredit(TransferCredit::for_transfer(t)),
+                Command::TransferFinalize {
+                    transfer_uuid: t.uuid,
+                },
+                Command::TransferRelease {
+                    transfer_uuid: t.uuid,
+                },
+            ),
+            MoveRecord::Reservation(r) => (
+                r.state,
+                Command::PaymentCredit(PaymentCredit::for_reservation(r)),
+                Command::PaymentReserveFinalize {
+                    reservation_uuid: r.uuid,
+                },
+                Command::PaymentReserveRelease {
+                    reservation_uuid: r.uuid,
+                },
+            ),
+            MoveRecord::Refusal(_) => {
+                refusals += 1;
+                continue;
             }
-            MoveRecord::Reservation(reservation) => {
-                let credit = PaymentCredit::for_reservation(reservation);
-                let again = engine
-                    .execute(Command::PaymentCredit(credit))
-                    .await
-                    .unwrap();
+            MoveRecord::Incoming(_) | MoveRecord::Credit(_) => continue,
+        };
+        let done = state == TransferState::Finalized;
+        let (same, other) = if done {
+            (finalize, release)
+        } else {
+            (release, finalize)
+        };
+        let settled = match engine.execute(same).await.unwrap() {
+            Outcome::TransferSettled(t) => MoveRecord::Outgoing(t),
+            Outcome::PaymentReservationSettled(r) => MoveRecord::Reservation(r),
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(&settled, record);
+        let refused = engine.execute(other).await.unwrap_err().to_string();
+        let says = if done { "finalized" } else { "released" };
+        assert!(refused.contains(says), "{refused}");
+        if done {
+            let again = engine.execute(credit).await.unwrap();
+            assert!(
+                matches!(
+                    again,
+                    Outcome::TransferCredited {
+                        duplicate: true,
+                        ..
+                    } | Outcome::PaymentCredited {
+                        duplicate: true,
+                        ..
+                    }
+                ),
+                "a repeated credit moved money: {again:?}"
+            );
+            finalized += 1;
+        } else {
+            if matches!(record, MoveRecord::Reservation(_)) {
+                let again = engine.execute(credit).await.unwrap();
                 assert!(
-                    matches!(
-                        again,
-                        Outcome::PaymentCredited {
-                            duplicate: true,
-                            ..
-                        }
-                    ),
+                    matches!(again, Outcome::PaymentCreditRefused { .. }),
                     "{again:?}"
                 );
-                let settled = engine
-                    .execute(Command::PaymentReserveFinalize {
-                        reservation_uuid: reservation.uuid,
-                    })
-                    .await
-                    .unwrap();
-                assert!(
-                    matches!(settled, Outcome::PaymentReservationSettled(ref r) if r == reservation)
-                );
-                repeated += 1;
             }
-            _ => {}
+            released += 1;
         }
     }
-    assert!(repeated >= 4, "{repeated} moves repeated");
+    assert!(finalized >= 4, "{finalized} moves repeated");
+    assert_eq!(
+        (released, refusals),
+        (2, 1),
+        "one transfer and one charge refused"
+    );
     // A second confirm finds the charge reservation in the store (not in memory) and is refused.
     for payment_uuid in payments {
         let again = engine
@@ -414,7 +464,7 @@ async fn recovery_finishes_a_transfer_whose_credit_left_memory_without_crediting
         .moved(engine::shard::moves::MoveKey::Outgoing(transfer.uuid))
         .unwrap();
     assert!(
-        matches!(filed, Some(MoveRecord::Outgoing(ref t)) if t.state == engine::ledger::transfer::TransferState::Finalized),
+        matches!(filed, Some(MoveRecord::Outgoing(ref t)) if t.state == TransferState::Finalized),
         "{filed:?}"
     );
     engine.shutdown().unwrap();
