@@ -351,3 +351,94 @@ impl HistoryStore {
         self.with(|open| Ok(open.meta.insert(MOVES_SINCE, lsn.to_be_bytes())?))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use rust_decimal::Decimal;
+
+    use super::*;
+    use crate::ledger::transfer::OutgoingTransfer;
+    use crate::values::currency::Currency;
+    use crate::values::ids::{TransactionId, WalletId};
+
+    fn reserved(uuid: u8) -> OutgoingTransfer {
+        OutgoingTransfer {
+            uuid: Uuid([uuid; 16]),
+            source_wallet_id: WalletId(2),
+            target_wallet_id: WalletId(3),
+            amount: Decimal::from(5),
+            currency: Currency::from_code("YER").unwrap(),
+            transaction_id: TransactionId(4),
+            state: TransferState::Reserved,
+            description: None,
+            reserved_at_ms: 10,
+            settled_at_ms: None,
+        }
+    }
+
+    fn refile(store: &HistoryStore, events: &[Event]) -> Result<(), StoreError> {
+        store.refile_moves(events)
+    }
+
+    /// Refiling (an older store's upgrade) may meet a newer version of a move: a snapshot's
+    /// move is filed only where the store has none, a refiled reserve never replaces a record,
+    /// and a settle of a record settled the same way changes nothing; another settle is refused.
+    #[test]
+    fn refiling_keeps_the_newer_version_of_a_move() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = HistoryStore::open(dir.path(), 1 << 20).unwrap();
+        let mut finalized = reserved(1);
+        finalized.state = TransferState::Finalized;
+        finalized.settled_at_ms = Some(20);
+        let key = MoveKey::Outgoing(finalized.uuid);
+        store
+            .file_snapshot_moves(&[MoveRecord::Outgoing(finalized.clone())])
+            .unwrap();
+        // An older snapshot's version does not replace it.
+        store
+            .file_snapshot_moves(&[MoveRecord::Outgoing(reserved(1))])
+            .unwrap();
+        let expected = Some(MoveRecord::Outgoing(finalized.clone()));
+        assert_eq!(store.moved(key).unwrap(), expected);
+        let finalize = |at_ms| Event::TransferFinalized {
+            transfer_uuid: finalized.uuid,
+            at_ms,
+        };
+        refile(
+            &store,
+            &[Event::TransferReserved(reserved(1)), finalize(20)],
+        )
+        .unwrap();
+        assert_eq!(store.moved(key).unwrap(), expected);
+        // A settle that disagrees with the filed one is a broken rule, not silently kept.
+        assert!(refile(&store, &[finalize(21)]).is_err());
+        let release = Event::TransferReleased {
+            transfer_uuid: finalized.uuid,
+            at_ms: 20,
+        };
+        assert!(refile(&store, &[release]).is_err());
+        assert_eq!(store.moved(key).unwrap(), expected);
+        // A new move is filed, and settled within the same batch through the overlay.
+        refile(
+            &store,
+            &[
+                Event::TransferReserved(reserved(2)),
+                Event::TransferReleased {
+                    transfer_uuid: Uuid([2; 16]),
+                    at_ms: 30,
+                },
+            ],
+        )
+        .unwrap();
+        let Some(MoveRecord::Outgoing(second)) =
+            store.moved(MoveKey::Outgoing(Uuid([2; 16]))).unwrap()
+        else {
+            panic!()
+        };
+        assert_eq!(
+            (second.state, second.settled_at_ms),
+            (TransferState::Released, Some(30))
+        );
+        assert_eq!(store.for_each_move(&mut |_| {}).unwrap(), 2);
+    }
+}
