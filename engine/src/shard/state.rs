@@ -459,8 +459,8 @@ impl Shard {
     }
 
     /// Drops from memory every record whose latest change is filed (commands stamped at or before
-    /// `filed`), except active holds and cross-shard moves in flight. Returns how many records left. Nothing leaves a shard in
-    /// `Recall::Keep`.
+    /// `filed`), except active holds and cross-shard moves in flight. Returns how many records
+    /// left. Nothing leaves a shard in `Recall::Keep`.
     pub fn evict_filed(&mut self, filed: u64) -> usize {
         if !self.recall.evicts() {
             return 0;
