@@ -89,3 +89,32 @@ pub struct IncomingTransfer {
     pub transaction_id: TransactionId,
     pub credited_at_ms: i64,
 }
+
+/// One currency's finished cross-shard moves on a shard, as running totals (invariant 5): what
+/// left through the in-transit account (outgoing transfers and payment reservations finalized)
+/// and what arrived through it (incoming transfers and payment credits). Moves still `reserved`
+/// are not counted: they are in memory, and the invariant sums them from their records; released
+/// ones moved nothing. So finished records can leave memory and the in-transit account stays
+/// checkable.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TransitTotals {
+    #[serde(with = "crate::values::money::decimal")]
+    pub sent: Decimal,
+    #[serde(with = "crate::values::money::decimal")]
+    pub received: Decimal,
+}
+
+/// Settles a `reserved` move (an outgoing transfer or a payment reservation): `apply` and the
+/// history store's filing both go through it.
+pub(crate) fn settle_move(
+    (state, settled_at_ms): (&mut TransferState, &mut Option<i64>),
+    to: TransferState,
+    at_ms: i64,
+) -> Result<(), &'static str> {
+    if *state != TransferState::Reserved || to == TransferState::Reserved {
+        return Err("cross-shard move already settled");
+    }
+    *state = to;
+    *settled_at_ms = Some(at_ms);
+    Ok(())
+}

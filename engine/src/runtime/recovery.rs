@@ -266,6 +266,19 @@ pub(crate) fn open(
     store
         .file_answers(&state.snapshot_answers)
         .map_err(|e| history_error(&store_path, &e))?;
+    // A store written before moves were filed lacks the finished moves an older snapshot
+    // carried (format 4 and before: every one); the shards dropped them at load.
+    let files_moves = store
+        .moves_since()
+        .map_err(|e| history_error(&store_path, &e))?
+        == Some(0)
+        && filer.indexed_lsn > 0;
+    if !files_moves {
+        store
+            .file_snapshot_moves(&state.snapshot_moves)
+            .map_err(|e| history_error(&store_path, &e))?;
+    }
+    state.snapshot_moves = Vec::new();
     let store_covers = filer.indexed_lsn;
     if archive.is_some() && store_covers != 0 {
         return Err(OpenError::History {
@@ -356,8 +369,10 @@ pub(crate) fn open(
     // lacks went in with the flush above, and those an older snapshot carried before replay:
     // from here on every answer of the retention window is in the store, durably, and memory
     // holds hot keys only.
+    // Likewise the moves (a store written before moves were filed).
     filer
         .answers_complete()
+        .and_then(|()| filer.moves_complete())
         .and_then(|()| store.persist())
         .map_err(|e| history_error(&store_path, &e))?;
     // A store written before the report aggregates existed gets them counted now, from the
@@ -549,6 +564,9 @@ pub(crate) struct Replayed {
     pub table: IdempotencyTable,
     /// Answers a snapshot written before answers went to the store carried (LSN 0: unknown).
     pub snapshot_answers: Vec<(u64, super::journal::IdempotencyRecord)>,
+    /// The cross-shard moves the snapshot carried, before the shards dropped the finished ones:
+    /// filed into a store written before moves were (see `history::moves`).
+    pub snapshot_moves: Vec<crate::shard::moves::MoveRecord>,
     pub events_replayed: u64,
     /// The snapshot it started from.
     pub snapshot: Option<std::path::PathBuf>,
@@ -570,6 +588,7 @@ impl Replayed {
             directory: Directory::new(),
             table: IdempotencyTable::new(),
             snapshot_answers: Vec::new(),
+            snapshot_moves: Vec::new(),
             events_replayed: 0,
             snapshot: None,
         })
@@ -604,10 +623,12 @@ impl Replayed {
                 table.record(&record, 0);
             }
         }
+        let mut snapshot_moves = Vec::new();
         let (shards, covered) = decoded
             .shards
             .into_iter()
             .map(|(lsn, mut shard)| {
+                snapshot_moves.extend(shard.move_records());
                 // Replay keeps hot state only: what the snapshot holds of history is filed.
                 shard.set_recall(Recall::Replay);
                 shard.evict_all();
@@ -620,6 +641,7 @@ impl Replayed {
             directory: decoded.directory,
             table,
             snapshot_answers,
+            snapshot_moves,
             events_replayed: 0,
             snapshot: Some(found.path),
         })

@@ -120,7 +120,7 @@ impl Engine {
             }
             Command::TransferFinalize { transfer_uuid }
             | Command::TransferRelease { transfer_uuid } => {
-                self.find(*transfer_uuid, |s, u| s.outgoing_transfer(u).is_some())
+                self.find(*transfer_uuid, |s, u| s.holds_outgoing(u))
                     .await?
             }
             Command::ConfirmPayment { payment_uuid }
@@ -141,7 +141,7 @@ impl Engine {
             Command::PaymentCredit(credit) => by_wallet(credit.target_wallet_id),
             Command::PaymentReserveFinalize { reservation_uuid }
             | Command::PaymentReserveRelease { reservation_uuid } => {
-                self.find(*reservation_uuid, |s, u| s.payment_reservation(u).is_some())
+                self.find(*reservation_uuid, |s, u| s.holds_reservation(u))
                     .await?
             }
             command => self.home(command),

@@ -22,6 +22,7 @@ use std::sync::Arc;
 
 use crate::ledger::hold::Hold;
 use crate::ledger::transaction::{Hash, LedgerEntry, Transaction};
+use crate::shard::moves::{MoveKey, MoveRecord};
 use crate::values::error::Rejection;
 use crate::values::ids::{EntryId, HoldId, TransactionId, Uuid, WalletId};
 
@@ -56,6 +57,14 @@ pub trait ColdHistory: Send + Sync {
         visit: &mut dyn FnMut(&Hash, &LedgerEntry) -> bool,
     ) -> ColdResult<()> {
         self.for_each_entry_after(wallet, None, visit)
+    }
+    /// A filed cross-shard move record (`shard::moves`); a store that files none has none.
+    fn moved(&self, _key: MoveKey) -> ColdResult<Option<MoveRecord>> {
+        Ok(None)
+    }
+    /// The reservation uuid of a payment's charge that is not released, as filed.
+    fn open_charge(&self, _payment_uuid: Uuid) -> ColdResult<Option<Uuid>> {
+        Ok(None)
     }
 }
 

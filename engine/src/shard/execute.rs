@@ -35,8 +35,8 @@ impl Shard {
                     .collect();
                 if events.is_empty()
                     && self
-                        .refused_payment_credit(request.reservation_uuid)
-                        .is_none()
+                        .refusal_record(request.reservation_uuid)
+                        .map_or(true, |refused| refused.is_none())
                 {
                     return Err(rejection.into());
                 }
@@ -120,6 +120,7 @@ impl Shard {
             | Command::Refund(_) => Outcome::Transaction(self.first_transaction(events)?),
             Command::TransferReserve(_) => {
                 let transaction = self.first_transaction(events)?;
+                // In flight: in memory.
                 let transfer = transaction
                     .transfer_uuid
                     .and_then(|uuid| self.outgoing_transfer(uuid))
@@ -131,8 +132,9 @@ impl Shard {
                 }
             }
             Command::TransferCredit(credit) => {
+                // A repeated credit's record may be filed only.
                 let incoming = self
-                    .incoming_transfer(credit.transfer_uuid)
+                    .incoming_record(credit.transfer_uuid)?
                     .ok_or(missing("credited transfer", 0))?;
                 let transaction =
                     self.transaction_view_of(incoming.target_wallet_id, incoming.transaction_id)?;
@@ -144,9 +146,9 @@ impl Shard {
             Command::TransferFinalize { transfer_uuid }
             | Command::TransferRelease { transfer_uuid } => {
                 let transfer = self
-                    .outgoing_transfer(*transfer_uuid)
+                    .outgoing_record(*transfer_uuid)?
                     .ok_or(Rejection::NotFound("transfer"))?;
-                Outcome::TransferSettled(transfer.clone())
+                Outcome::TransferSettled(transfer.into_owned())
             }
             Command::PlaceHold(_) => {
                 let (wallet_id, hold_id) = events

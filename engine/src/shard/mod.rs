@@ -16,6 +16,8 @@
 //!   queries and reports.
 //! * [`execute`]: decide + apply + read-back for callers that apply at once.
 //! * [`cold`]: where the shard finds records that left its memory (the history store).
+//! * [`moves`]: cross-shard moves in flight in memory, finished ones in the store, and the
+//!   in-transit totals.
 //! * [`snapshot`]: the shard's image and its digest.
 //!
 //! May use: [`crate::values`], [`crate::ledger`], [`crate::commerce`]. `shard::commerce` may use
@@ -27,6 +29,7 @@ pub mod commerce;
 pub mod event;
 mod execute;
 pub(crate) mod ledger;
+pub mod moves;
 pub(crate) mod snapshot;
 pub(crate) mod state;
 

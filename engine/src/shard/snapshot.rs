@@ -3,15 +3,20 @@
 //! # Snapshot format
 //!
 //! ```text
-//! byte 0     SNAPSHOT_FORMAT_VERSION (4; 1, 2 and 3 are still read)
+//! byte 0     SNAPSHOT_FORMAT_VERSION (5; 1 to 4 are still read)
 //! bytes 1..  postcard encoding of: shard index and count, the four next-sequence numbers,
 //!            the wallets in id order (each with its history), outgoing transfers and incoming
 //!            transfers in uuid order, then (version 2) the commerce state: its five next-sequence
 //!            numbers (payment, link, QR, payout, settlement), payments, links and QR payloads in
 //!            uuid order, payouts and settlements in id order, payment reservations and incoming
 //!            payment credits in uuid order, then (version 3) the refused payment credits in
-//!            uuid order
+//!            uuid order, then (version 5) the in-transit totals of finished cross-shard moves
+//!            in currency order
 //! ```
+//!
+//! Version 5 added the totals: the cross-shard moves it carries are the ones in memory (in
+//! flight; a replayed shard keeps no finished one, see `shard::moves`). Versions 1 to 4 carry
+//! every move, and load with totals derived from their finished ones.
 //!
 //! Version 4 changed only the wallet's history: besides its meta and chain head it carries the
 //! hash of the entry before the first one held, the wallet's all-time record counts, and only
@@ -44,14 +49,15 @@ use crate::commerce::payment::RefusedPaymentCredit;
 use crate::commerce::state::{Commerce, CommerceIndex};
 use crate::ledger::hold::HoldStatus;
 use crate::ledger::transaction::Hash;
-use crate::ledger::transfer::{IncomingTransfer, OutgoingTransfer};
+use crate::ledger::transfer::{IncomingTransfer, OutgoingTransfer, TransitTotals};
 use crate::ledger::wallet::Wallet;
 use crate::shard::state::{Indexes, OwnerKey, Shard};
+use crate::values::currency::Currency;
 use crate::values::error::{encode_versioned, DecodeError, EncodeError};
 use crate::values::ids::{IdSpace, Uuid};
 
 /// First byte of every snapshot.
-pub const SNAPSHOT_FORMAT_VERSION: u8 = 4;
+pub const SNAPSHOT_FORMAT_VERSION: u8 = 5;
 
 #[derive(Serialize)]
 struct SnapshotRef<'a> {
@@ -65,6 +71,7 @@ struct SnapshotRef<'a> {
     transfers_in: &'a BTreeMap<Uuid, IncomingTransfer>,
     commerce: &'a Commerce,
     refused_credits: &'a BTreeMap<Uuid, RefusedPaymentCredit>,
+    transit: &'a BTreeMap<Currency, TransitTotals>,
 }
 
 /// Everything before the commerce state: all of version 1. Postcard encodes a struct as its
@@ -105,6 +112,14 @@ type SnapshotV3<W> = (
     SnapshotOwned<W>,
     Commerce,
     BTreeMap<Uuid, RefusedPaymentCredit>,
+);
+
+/// Version 5: version 4 and the in-transit totals.
+type SnapshotV5 = (
+    SnapshotOwned<Wallet>,
+    Commerce,
+    BTreeMap<Uuid, RefusedPaymentCredit>,
+    BTreeMap<Currency, TransitTotals>,
 );
 
 /// A wallet as versions 1 to 3 wrote it: the whole history, without counts.
@@ -246,6 +261,7 @@ impl Shard {
             transfers_in: &self.transfers_in,
             commerce: &self.commerce,
             refused_credits: &self.commerce.refused_credits,
+            transit: &self.transit,
         }
     }
 
@@ -307,6 +323,7 @@ impl Shard {
         let (version, body) = bytes.split_first().ok_or(DecodeError::Empty)?;
         let malformed = |error: postcard::Error| DecodeError::Malformed(error.to_string());
         type Parts = (SnapshotOwned<Wallet>, Commerce);
+        let mut transit = None;
         let ((snapshot, commerce), rest): (Parts, &[u8]) = match *version {
             1 => {
                 let (snapshot, rest): (SnapshotOwned<LegacyWallet>, _) =
@@ -324,10 +341,17 @@ impl Shard {
                 commerce.refused_credits = refused;
                 ((snapshot.upgrade(), commerce), rest)
             }
-            SNAPSHOT_FORMAT_VERSION => {
+            4 => {
                 let ((snapshot, mut commerce, refused), rest): (SnapshotV3<Wallet>, _) =
                     postcard::take_from_bytes(body).map_err(malformed)?;
                 commerce.refused_credits = refused;
+                ((snapshot, commerce), rest)
+            }
+            SNAPSHOT_FORMAT_VERSION => {
+                let ((snapshot, mut commerce, refused, totals), rest): (SnapshotV5, _) =
+                    postcard::take_from_bytes(body).map_err(malformed)?;
+                commerce.refused_credits = refused;
+                transit = Some(totals);
                 ((snapshot, commerce), rest)
             }
             other => return Err(DecodeError::UnsupportedVersion(other)),
@@ -361,6 +385,13 @@ impl Shard {
         check_commerce_keys(&shard, &commerce)?;
         shard.index.commerce = CommerceIndex::build(&commerce).map_err(DecodeError::Invalid)?;
         shard.commerce = commerce;
+        // Older versions carry every move: the totals are their finished ones.
+        shard.transit = match transit {
+            Some(totals) => totals,
+            None => shard
+                .transit_from_records()
+                .ok_or(DecodeError::Invalid("in-transit totals overflow"))?,
+        };
         Ok(shard)
     }
 }

@@ -14,6 +14,9 @@
 //! 5. **In transit is accounted for.** Per currency, the shard's in-transit account equals the
 //!    reserved-or-finalized outgoing transfers and payment reservations minus the credited incoming
 //!    ones; across shards the in-transit accounts net to zero once nothing is still `reserved`.
+//!    Finished moves leave memory once filed (`moves`), so the finalized and credited ones are
+//!    kept as per-currency totals updated in apply ([`Shard::transit_totals`]), and the records
+//!    in memory (those in flight) add their part.
 //! 6. **Indexes agree with the records** (owner uniqueness, uuid lookups, hold expiry queue,
 //!    settled transactions, open charges, payout holds).
 //! 7. **Commerce records agree with the money** (see `invariants_commerce`): a payment's fee + net
@@ -49,7 +52,7 @@ use crate::ledger::hold::Hold;
 use crate::ledger::hold::HoldStatus;
 use crate::ledger::transaction::Hash;
 use crate::ledger::transaction::{ChainChecker, LedgerEntry, Transaction};
-use crate::ledger::transfer::{IncomingTransfer, OutgoingTransfer, TransferState};
+use crate::ledger::transfer::{IncomingTransfer, OutgoingTransfer, TransferState, TransitTotals};
 use crate::ledger::view::{BalanceView, EntryView, HoldView, TransactionView, WalletView};
 use crate::ledger::wallet::{OwnerType, Wallet, WalletType};
 use crate::shard::cold::{unavailable, ColdHistory, ColdResult, Recall};
@@ -113,6 +116,9 @@ pub struct Shard {
     pub(crate) wallets: Vec<Wallet>,
     pub(crate) transfers_out: BTreeMap<Uuid, OutgoingTransfer>,
     pub(crate) transfers_in: BTreeMap<Uuid, IncomingTransfer>,
+    /// Per currency, what finished cross-shard moves sent and received (invariant 5; see
+    /// `moves`).
+    pub(crate) transit: BTreeMap<Currency, TransitTotals>,
     /// Payments, links, QR payloads, payouts, settlements, cross-shard payment steps.
     pub(crate) commerce: Commerce,
     pub(crate) index: Indexes,
@@ -123,6 +129,9 @@ pub struct Shard {
     /// Wallets whose records changed, by the stamp of the change, oldest first: where eviction
     /// looks once the indexer has filed that command.
     pub(crate) touched: VecDeque<(u64, WalletId)>,
+    /// Cross-shard moves finished, by the stamp of the command that finished them, oldest first:
+    /// they leave memory once it is filed (see `moves`).
+    pub(crate) moves_touched: VecDeque<(u64, crate::shard::moves::MoveKey)>,
 }
 
 impl Shard {
@@ -143,11 +152,13 @@ impl Shard {
             wallets: Vec::new(),
             transfers_out: BTreeMap::new(),
             transfers_in: BTreeMap::new(),
+            transit: BTreeMap::new(),
             commerce: Commerce::new(),
             index: Indexes::default(),
             recall: Recall::Keep,
             stamp: 0,
             touched: VecDeque::new(),
+            moves_touched: VecDeque::new(),
         }
     }
 
@@ -284,7 +295,7 @@ impl Shard {
     }
 
     /// A record from memory if it is there, else from the store (a shard with one).
-    fn hot_or_filed<'a, T: Clone>(
+    pub(crate) fn hot_or_filed<'a, T: Clone>(
         &self,
         hot: Option<&'a T>,
         filed: impl FnOnce(&dyn ColdHistory) -> ColdResult<Option<T>>,
@@ -414,11 +425,14 @@ impl Shard {
             .collect()
     }
 
+    /// An outgoing transfer in memory: in flight, or finished and not yet filed
+    /// ([`Shard::outgoing_record`] also reads the store).
     #[must_use]
     pub fn outgoing_transfer(&self, uuid: Uuid) -> Option<&OutgoingTransfer> {
         self.transfers_out.get(&uuid)
     }
 
+    /// An incoming transfer in memory ([`Shard::incoming_record`] also reads the store).
     #[must_use]
     pub fn incoming_transfer(&self, uuid: Uuid) -> Option<&IncomingTransfer> {
         self.transfers_in.get(&uuid)
@@ -461,8 +475,8 @@ impl Shard {
     }
 
     /// Drops from memory every record whose latest change is filed (commands stamped at or before
-    /// `filed`), except active holds. Returns how many records left. Nothing leaves a shard in
-    /// `Recall::Keep`.
+    /// `filed`), except active holds and cross-shard moves in flight. Returns how many records
+    /// left. Nothing leaves a shard in `Recall::Keep`.
     pub fn evict_filed(&mut self, filed: u64) -> usize {
         if !self.recall.evicts() {
             return 0;
@@ -475,7 +489,7 @@ impl Shard {
             self.touched.pop_front();
             gone += self.evict_wallet(wallet_id, filed);
         }
-        gone
+        gone + self.evict_filed_moves(filed)
     }
 
     /// Drops every record that may leave from every wallet (after recovery, once the store
@@ -491,9 +505,11 @@ impl Shard {
             .filter(|wallet| wallet.has_history())
             .map(Wallet::id)
             .collect();
-        ids.into_iter()
+        let gone: usize = ids
+            .into_iter()
             .map(|wallet_id| self.evict_wallet(wallet_id, u64::MAX))
-            .sum()
+            .sum();
+        gone + self.evict_all_moves()
     }
 
     fn evict_wallet(&mut self, wallet_id: WalletId, filed: u64) -> usize {

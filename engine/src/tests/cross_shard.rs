@@ -326,3 +326,198 @@ fn issue_16_a_reserved_transfer_debit_cannot_be_refunded() {
     // Released: the debit is reversed, so there is nothing left to refund.
     assert_eq!(a.reject(refund()), Rejection::AlreadyReversed);
 }
+
+/// Invariant 5 checks the in-transit totals kept in apply: a total that is off is caught,
+/// whether the finished records are still in memory (`Recall::Keep`: they must sum to the
+/// totals) or gone (records leave: the totals must still explain the in-transit account).
+#[test]
+fn a_broken_in_transit_total_is_caught() {
+    let (mut a, mut b) = two_shards();
+    let source = a.create(1, "USD");
+    let target = b.create(2, "USD");
+    a.deposit(source, "100");
+    for value in ["10", "20.5"] {
+        let reserved = reserve(
+            &mut a,
+            Command::TransferReserve(transfer(source, target, value, "USD")),
+        );
+        b.ok(Command::TransferCredit(TransferCredit::for_transfer(
+            &reserved,
+        )));
+        a.ok(Command::TransferFinalize {
+            transfer_uuid: reserved.uuid,
+        });
+    }
+    let usd = cur("USD");
+    assert_eq!(a.shard.transit_totals()[&usd].sent, dec("30.50"));
+    assert_eq!(b.shard.transit_totals()[&usd].received, dec("30.50"));
+    a.shard.check_invariants().unwrap();
+    b.shard.check_invariants().unwrap();
+
+    // Whole history in memory: the records disagree with a changed total.
+    let mut broken = b.shard.clone();
+    broken.transit.get_mut(&usd).unwrap().received += dec("0.01");
+    assert!(matches!(
+        broken.check_invariants(),
+        Err(crate::values::error::InvariantViolation::TransitTotals { .. })
+    ));
+
+    // Finished records gone: the totals alone must explain the in-transit account.
+    for shard in [&mut a.shard, &mut b.shard] {
+        shard.set_recall(crate::shard::cold::Recall::Replay);
+        assert!(shard.evict_all() > 0);
+        assert_eq!(shard.moves_in_memory(), 0);
+        shard.check_invariants().unwrap();
+    }
+    let mut broken = a.shard.clone();
+    broken.transit.get_mut(&usd).unwrap().sent -= dec("10");
+    assert!(matches!(
+        broken.check_invariants(),
+        Err(crate::values::error::InvariantViolation::InTransitMismatch { .. })
+    ));
+    // The totals survive a snapshot (format 5) without the records.
+    let loaded = Shard::from_snapshot_bytes(&a.shard.snapshot_bytes().unwrap()).unwrap();
+    assert_eq!(loaded.transit_totals(), a.shard.transit_totals());
+    assert_eq!(loaded.state_digest(), a.shard.state_digest());
+}
+
+/// An older snapshot (format 4) carries every move: it loads with totals derived from them.
+#[test]
+fn a_version_4_snapshot_derives_the_in_transit_totals_from_its_records() {
+    let (mut a, mut b) = two_shards();
+    let source = a.create(1, "USD");
+    let target = b.create(2, "USD");
+    a.deposit(source, "100");
+    let reserved = reserve(
+        &mut a,
+        Command::TransferReserve(transfer(source, target, "7", "USD")),
+    );
+    b.ok(Command::TransferCredit(TransferCredit::for_transfer(
+        &reserved,
+    )));
+    a.ok(Command::TransferFinalize {
+        transfer_uuid: reserved.uuid,
+    });
+    for shard in [&a.shard, &b.shard] {
+        let mut bytes = shard.snapshot_bytes().unwrap();
+        // Version 5 = version 4 + the totals: one currency is a length byte and the entry.
+        let totals = postcard::to_allocvec(shard.transit_totals()).unwrap();
+        bytes.truncate(bytes.len() - totals.len());
+        bytes[0] = 4;
+        let loaded = Shard::from_snapshot_bytes(&bytes).unwrap();
+        assert_eq!(loaded.transit_totals(), shard.transit_totals());
+        loaded.check_invariants().unwrap();
+    }
+}
+
+/// A store that cannot be read.
+struct Unreadable;
+
+impl crate::shard::cold::ColdHistory for Unreadable {
+    fn transaction(
+        &self,
+        _: crate::WalletId,
+        _: crate::values::ids::TransactionId,
+    ) -> crate::shard::cold::ColdResult<Option<crate::ledger::transaction::Transaction>> {
+        Err("unreadable".into())
+    }
+    fn entry(
+        &self,
+        _: crate::WalletId,
+        _: crate::values::ids::EntryId,
+    ) -> crate::shard::cold::ColdResult<Option<crate::ledger::transaction::LedgerEntry>> {
+        Err("unreadable".into())
+    }
+    fn hold(
+        &self,
+        _: crate::WalletId,
+        _: crate::values::ids::HoldId,
+    ) -> crate::shard::cold::ColdResult<Option<crate::ledger::hold::Hold>> {
+        Err("unreadable".into())
+    }
+    fn locate_transaction(
+        &self,
+        _: crate::Uuid,
+    ) -> crate::shard::cold::ColdResult<Option<(crate::WalletId, crate::values::ids::TransactionId)>>
+    {
+        Err("unreadable".into())
+    }
+    fn locate_hold(
+        &self,
+        _: crate::Uuid,
+    ) -> crate::shard::cold::ColdResult<Option<(crate::WalletId, crate::values::ids::HoldId)>> {
+        Err("unreadable".into())
+    }
+    fn for_each_transaction(
+        &self,
+        _: crate::WalletId,
+        _: &mut dyn FnMut(&crate::ledger::transaction::Transaction) -> bool,
+    ) -> crate::shard::cold::ColdResult<()> {
+        Err("unreadable".into())
+    }
+    fn for_each_entry_after(
+        &self,
+        _: crate::WalletId,
+        _: Option<crate::values::ids::EntryId>,
+        _: &mut dyn FnMut(
+            &crate::ledger::transaction::Hash,
+            &crate::ledger::transaction::LedgerEntry,
+        ) -> bool,
+    ) -> crate::shard::cold::ColdResult<()> {
+        Err("unreadable".into())
+    }
+    fn moved(
+        &self,
+        _: crate::shard::moves::MoveKey,
+    ) -> crate::shard::cold::ColdResult<Option<crate::shard::moves::MoveRecord>> {
+        Err("unreadable".into())
+    }
+}
+
+/// A repeated step of a move that left memory reads the store; a store that cannot be read
+/// refuses it as unavailable and nothing changes (no credit, no settle).
+#[test]
+fn a_repeated_step_of_an_evicted_move_with_an_unreadable_store_is_unavailable() {
+    let (mut a, mut b) = two_shards();
+    let source = a.create(1, "USD");
+    let target = b.create(2, "USD");
+    a.deposit(source, "100");
+    let reserved = reserve(
+        &mut a,
+        Command::TransferReserve(transfer(source, target, "25", "USD")),
+    );
+    b.ok(Command::TransferCredit(TransferCredit::for_transfer(
+        &reserved,
+    )));
+    a.ok(Command::TransferFinalize {
+        transfer_uuid: reserved.uuid,
+    });
+    for h in [&mut a, &mut b] {
+        h.shard
+            .set_recall(crate::shard::cold::Recall::Store(std::sync::Arc::new(
+                Unreadable,
+            )));
+        h.shard.evict_all();
+        assert_eq!(h.shard.moves_in_memory(), 0);
+    }
+    let (a_before, b_before) = (a.shard.state_digest(), b.shard.state_digest());
+    let unavailable = |r: Rejection| matches!(r, Rejection::Unavailable(_));
+    assert!(unavailable(b.reject(Command::TransferCredit(
+        TransferCredit::for_transfer(&reserved)
+    ))));
+    for command in [
+        Command::TransferFinalize {
+            transfer_uuid: reserved.uuid,
+        },
+        Command::TransferRelease {
+            transfer_uuid: reserved.uuid,
+        },
+    ] {
+        assert!(unavailable(a.reject(command)));
+    }
+    assert_eq!(a.shard.state_digest(), a_before);
+    assert_eq!(b.shard.state_digest(), b_before);
+    assert_eq!(b.balance(target), dec("25.00"));
+    // Routing sends it to a shard that then refuses it, rather than calling it not found.
+    assert!(a.shard.holds_outgoing(reserved.uuid));
+}

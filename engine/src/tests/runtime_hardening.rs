@@ -43,10 +43,15 @@ pub(super) fn open(dir: &std::path::Path, clock: &Arc<SeededClock>) -> Engine {
 }
 
 pub(super) async fn wallet(engine: &Engine) -> WalletId {
+    customer_wallet(engine, 1).await
+}
+
+/// The primary YER wallet of customer `owner_id`.
+pub(super) async fn customer_wallet(engine: &Engine, owner_id: u64) -> WalletId {
     let created = engine
         .execute(Command::CreateWallet(CreateWallet {
             owner_type: OwnerType::Customer,
-            owner_id: 1,
+            owner_id,
             currency: Currency::from_code("YER").unwrap(),
             wallet_type: WalletType::Primary,
             business_id: 1,

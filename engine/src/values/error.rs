@@ -296,6 +296,14 @@ pub enum InvariantViolation {
         balance: Decimal,
         expected: Decimal,
     },
+    #[error("finished cross-shard moves in {currency}: the totals say sent {sent}, received {received}, but the records in memory say sent {found_sent}, received {found_received}")]
+    TransitTotals {
+        currency: Currency,
+        sent: Decimal,
+        received: Decimal,
+        found_sent: Decimal,
+        found_received: Decimal,
+    },
     #[error("index out of step with the records: {0}")]
     IndexMismatch(&'static str),
     #[error("{record} {id}: {what}")]

@@ -2,8 +2,8 @@
 //!
 //! It mirrors what `Shard::apply` does to a wallet's history, through the same record methods
 //! (`Transaction::mark_reversed`, `Transaction::set_refunded`, `LedgerEntry::mark_reversed`,
-//! `Hold::close`), so the store holds exactly the records the shard would show. Every other event
-//! leaves history alone.
+//! `Hold::close`), so the store holds exactly the records the shard would show; cross-shard moves
+//! go to [`super::moves`]. Every other event leaves history alone.
 //!
 //! One call files a group of records as one atomic write batch. A batch cannot read its own
 //! writes, so records changed twice within it (a transfer refunded a moment later) go through a
@@ -16,6 +16,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use super::answers::file_answer;
+use super::moves::MoveOverlay;
 use super::pages::{directory_key, starts_block, Paged};
 use super::report_days::{ReportBatch, Scope};
 use super::store::{
@@ -88,6 +89,7 @@ pub(crate) fn file_batch(
             writes: open.db.batch(),
             overlay: HashMap::new(),
             counts: HashMap::new(),
+            moves: MoveOverlay::default(),
         };
         let mut reports = open
             .reports
@@ -151,6 +153,8 @@ struct Batch<'a> {
     overlay: HashMap<(Kind, [u8; 16]), fjall::Slice>,
     /// Each touched wallet's record counts so far: the ordinal its next record gets.
     counts: HashMap<u64, Tally>,
+    /// Cross-shard move records written earlier in this batch.
+    moves: MoveOverlay,
 }
 
 /// A wallet's (transactions, entries, holds) counted up to the record being filed.
@@ -334,7 +338,7 @@ impl Batch<'_> {
                     .map_err(|reason| rule("hold", key, reason))?;
                 self.put(Kind::Hold, key2(key.0, key.1), &hold)?;
             }
-            _ => {}
+            moved => self.moves.file(self.open, &mut self.writes, moved, false)?,
         }
         Ok(())
     }

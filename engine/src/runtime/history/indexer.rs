@@ -23,6 +23,7 @@ use super::store::{HistoryStore, StoreError};
 use crate::runtime::clock::Clock;
 use crate::runtime::idempotency::IdempotencyTable;
 use crate::runtime::journal::{IdempotencyRecord, JournalEntry};
+use crate::shard::event::Event;
 
 /// Most WAL records filed in one store transaction.
 pub const FILE_RECORDS_MAX: usize = 16 * 1024;
@@ -62,6 +63,11 @@ pub(crate) struct Filer {
     backfill: Vec<(u64, IdempotencyRecord)>,
     /// The first LSN whose answer the store holds (see [`super::answers`]).
     answers_since: u64,
+    /// Move events of records the store covers but filed without them (a store written before
+    /// moves were filed), in LSN order: refiled at the next flush ([`super::moves`]).
+    moves_backfill: Vec<Event>,
+    /// The first LSN whose moves the store holds.
+    moves_since: u64,
     answers: Option<Answers>,
     /// Answers filed but not yet dropped from memory ([`Filer::forget_filed_answers`]).
     filed_answers: Vec<((String, String), u64)>,
@@ -77,21 +83,19 @@ impl Filer {
         checkpoint_every: Duration,
     ) -> Result<Self, StoreError> {
         let indexed = store.indexed_lsn()?;
-        let answers_since = match store.answers_since()? {
-            Some(lsn) => lsn,
-            // A new store files every answer; an older one lacks those it covers.
-            None if indexed == 0 => {
-                store.set_answers_since(0)?;
-                0
-            }
-            None => indexed + 1,
-        };
+        // A new store files every answer and move; an older one lacks those it covers.
+        let answers_since = since(store.answers_since()?, indexed, || {
+            store.set_answers_since(0)
+        })?;
+        let moves_since = since(store.moves_since()?, indexed, || store.set_moves_since(0))?;
         Ok(Filer {
             store,
             heads: ChainHeads::default(),
             pending: Vec::new(),
             backfill: Vec::new(),
             answers_since,
+            moves_backfill: Vec::new(),
+            moves_since,
             answers: None,
             filed_answers: Vec::new(),
             indexed_lsn: indexed,
@@ -135,17 +139,39 @@ impl Filer {
         Ok(())
     }
 
+    /// Likewise for moves: once recovery has refiled the moves of the records it replayed and
+    /// those an older snapshot carried, the store holds every move.
+    pub(crate) fn moves_complete(&mut self) -> Result<(), StoreError> {
+        if self.moves_since != 0 {
+            self.flush(false)?;
+            self.store.set_moves_since(0)?;
+            self.moves_since = 0;
+        }
+        Ok(())
+    }
+
     /// Queues one record; records at or below the indexed LSN are already filed and skipped
-    /// (all but the answer, for a store written before answers were filed).
+    /// (all but the answer and the moves, for a store written before those were filed).
     pub(crate) fn add(&mut self, lsn: u64, payload: &[u8]) -> Result<(), StoreError> {
         if lsn <= self.indexed_lsn {
-            if lsn >= self.answers_since {
+            if lsn >= self.answers_since && lsn >= self.moves_since {
                 return Ok(());
             }
-            if let Some(answer) = decode_record(lsn, payload)?.idempotency {
-                if answer.response.is_some() {
-                    self.backfill.push((lsn, answer));
+            let entry = decode_record(lsn, payload)?;
+            if lsn < self.answers_since {
+                if let Some(answer) = entry.idempotency {
+                    if answer.response.is_some() {
+                        self.backfill.push((lsn, answer));
+                    }
                 }
+            }
+            if lsn < self.moves_since {
+                self.moves_backfill.extend(
+                    entry
+                        .events
+                        .into_iter()
+                        .filter(crate::runtime::history::moves::is_move_event),
+                );
             }
             return Ok(());
         }
@@ -168,7 +194,8 @@ impl Filer {
             events: entry.events,
             answer: entry.idempotency.filter(|answer| answer.response.is_some()),
         });
-        if self.pending.len() + self.backfill.len() >= FILE_RECORDS_MAX {
+        if self.pending.len() + self.backfill.len() + self.moves_backfill.len() >= FILE_RECORDS_MAX
+        {
             self.flush(false)?;
         }
         Ok(())
@@ -180,6 +207,10 @@ impl Filer {
         if !self.backfill.is_empty() {
             self.store.file_answers(&self.backfill)?;
             self.backfill.clear();
+        }
+        if !self.moves_backfill.is_empty() {
+            self.store.refile_moves(&self.moves_backfill)?;
+            self.moves_backfill.clear();
         }
         if !self.pending.is_empty() {
             file_batch(&self.store, &self.pending, &mut self.heads)?;
@@ -222,6 +253,20 @@ impl Filer {
             }
         }
         Ok(())
+    }
+}
+
+/// The first LSN whose answers (or moves) a store holds: its mark; for a store without one, 0
+/// if it is new (marked so now), else the LSN after what it covers.
+fn since(
+    mark: Option<u64>,
+    indexed: u64,
+    set_zero: impl FnOnce() -> Result<(), StoreError>,
+) -> Result<u64, StoreError> {
+    match mark {
+        Some(lsn) => Ok(lsn),
+        None if indexed == 0 => set_zero().map(|()| 0),
+        None => Ok(indexed + 1),
     }
 }
 

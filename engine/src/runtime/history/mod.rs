@@ -21,6 +21,7 @@
 pub mod answers;
 mod filing;
 pub mod indexer;
+pub mod moves;
 mod pages;
 mod reads;
 mod report_days;

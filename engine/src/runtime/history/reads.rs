@@ -1,7 +1,15 @@
 //! The engine's history reads: a wallet's transactions, ledger entries and holds, served from the
 //! store once the indexer has filed everything the caller could have seen.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
+
+use rust_decimal::Decimal;
+
+use crate::ledger::transfer::TransitTotals;
+use crate::shard::commerce::invariants::{check_cross_shard_pairs, CrossShardLegs};
+use crate::shard::moves::Leg;
+use crate::values::currency::Currency;
 
 use super::{unavailable, History, HistoryStore, StoreError, StorePage};
 use crate::ledger::transaction::{entry_hash, ChainChecker, Hash};
@@ -177,7 +185,111 @@ impl Engine {
                 Err(difference) => return Ok(Err(difference)),
             }
         }
-        Ok(Ok(compared))
+        match self.verify_moves().await? {
+            Ok(count) => Ok(Ok(compared + count)),
+            Err(difference) => Ok(Err(difference)),
+        }
+    }
+
+    /// `replay --verify`'s part for cross-shard moves, once everything is filed: every move in
+    /// memory equals its filed version; every filed move pairs up across shards (no credit
+    /// without its reservation, no finalized reservation without its credit, the same amount);
+    /// each shard's in-transit totals are the sums of its filed finished moves; and with no move
+    /// in flight the in-transit accounts of all shards net to zero per currency.
+    async fn verify_moves(&self) -> Result<Result<u64, String>, EngineError> {
+        let store = self.inner.store.clone();
+        let shown = self
+            .read_all(move |shard| {
+                let mut differs = None;
+                for record in shard.move_records() {
+                    match store.moved(record.key()) {
+                        Ok(Some(filed)) if filed == record => {}
+                        Ok(_) => {
+                            differs = Some(format!("{:?} differs from the store", record.key()))
+                        }
+                        Err(e) => differs = Some(e.to_string()),
+                    }
+                }
+                (
+                    differs,
+                    shard.transit_totals().clone(),
+                    shard.cross_shard_legs(),
+                    shard.pending_outgoing_transfers().len()
+                        + shard.pending_payment_reservations().len(),
+                    shard.in_transit_by_currency(),
+                )
+            })
+            .await?;
+        let count = self.shard_count() as usize;
+        let mut totals: Vec<BTreeMap<Currency, TransitTotals>> = vec![BTreeMap::new(); count];
+        let mut legs = CrossShardLegs::default();
+        let mut failed = None;
+        let filed = self.inner.store.for_each_move(&mut |record| {
+            match record.leg() {
+                Some(Leg::Sent(state, amount)) => {
+                    legs.sent.push((record.key().uuid(), state, amount));
+                }
+                Some(Leg::Received(amount)) => {
+                    legs.received.push((record.key().uuid(), amount));
+                }
+                None => {}
+            }
+            let Some((wallet, currency, amount, sent)) = record.counted() else {
+                return;
+            };
+            let Some(slot) = totals.get_mut(self.shard_of_wallet(wallet) as usize) else {
+                failed = Some(format!("{:?} names a wallet of no shard", record.key()));
+                return;
+            };
+            let entry = slot.entry(currency).or_default();
+            let total = if sent {
+                &mut entry.sent
+            } else {
+                &mut entry.received
+            };
+            match total.checked_add(amount) {
+                Some(sum) => *total = sum,
+                None => failed = Some("in-transit totals overflow".into()),
+            }
+        });
+        let filed = match filed {
+            Ok(filed) => filed,
+            Err(error) => return Ok(Err(error.to_string())),
+        };
+        if let Some(failed) = failed {
+            return Ok(Err(failed));
+        }
+        // The shards' in-flight moves are filed too (the store caught up), so the store's legs
+        // are all of them.
+        let mut nets: BTreeMap<Currency, Decimal> = BTreeMap::new();
+        let mut pending = 0;
+        for (index, (differs, kept, _, in_flight, in_transit)) in shown.iter().enumerate() {
+            if let Some(differs) = differs {
+                return Ok(Err(format!("shard {index}: {differs}")));
+            }
+            let filed_totals = totals.get(index).cloned().unwrap_or_default();
+            if *kept != filed_totals {
+                return Ok(Err(format!(
+                    "shard {index}: in-transit totals {kept:?} but its filed moves sum to {filed_totals:?}"
+                )));
+            }
+            pending += in_flight;
+            for (currency, balance) in in_transit {
+                *nets.entry(*currency).or_default() += *balance;
+            }
+        }
+        if let Err(broken) = check_cross_shard_pairs(std::slice::from_ref(&legs)) {
+            return Ok(Err(format!("history store: {broken}")));
+        }
+        if pending == 0 {
+            if let Some((currency, net)) = nets.iter().find(|(_, net)| !net.is_zero()) {
+                return Ok(Err(format!(
+                    "the in-transit accounts in {} net to {net} across shards with no move in flight",
+                    currency.code()
+                )));
+            }
+        }
+        Ok(Ok(filed))
     }
 }
 

@@ -21,6 +21,7 @@
 //! answers, answer_times                         idempotency answers ([`super::answers`])
 //! pages         wallet | kind | block           -> id            the page directory ([`super::pages`])
 //! report_days, report_subjects                  report aggregates ([`super::report_days`])
+//! moves         kind | uuid                     -> MoveRecord    finished cross-shard moves ([`super::moves`])
 //! ```
 //!
 //! An entry is stored with the hash of the entry before it, so a page of the statement shows each
@@ -197,11 +198,12 @@ pub(crate) struct Open {
     /// The report aggregates count every filed record (`meta` `reports_complete`); until then
     /// filing leaves them alone and reports are refused.
     pub(crate) reports: std::sync::atomic::AtomicBool,
+    pub(crate) moves: fjall::Keyspace,
 }
 
 impl Open {
     /// Every keyspace with the memtable size at which the indexer seals it.
-    fn keyspaces(&self) -> [(&fjall::Keyspace, u64); 13] {
+    fn keyspaces(&self) -> [(&fjall::Keyspace, u64); 14] {
         const LARGE: u64 = 16 << 20;
         const SMALL: u64 = 8 << 20;
         [
@@ -218,6 +220,7 @@ impl Open {
             (&self.pages, SMALL),
             (&self.report_days, SMALL),
             (&self.report_subjects, SMALL),
+            (&self.moves, SMALL),
         ]
     }
 }
@@ -286,6 +289,7 @@ impl HistoryStore {
             report_days: keyspace("report_days")?,
             report_subjects: keyspace("report_subjects")?,
             reports: std::sync::atomic::AtomicBool::new(false),
+            moves: keyspace("moves")?,
             db,
         };
         super::pages::complete_directory(&open)?;
@@ -728,5 +732,16 @@ impl crate::shard::cold::ColdHistory for HistoryStore {
             visit(before, entry)
         })
         .map_err(|e| e.to_string())
+    }
+
+    fn moved(
+        &self,
+        key: crate::shard::moves::MoveKey,
+    ) -> ColdResult<Option<crate::shard::moves::MoveRecord>> {
+        HistoryStore::moved(self, key).map_err(|e| e.to_string())
+    }
+
+    fn open_charge(&self, payment_uuid: Uuid) -> ColdResult<Option<Uuid>> {
+        HistoryStore::open_charge(self, payment_uuid).map_err(|e| e.to_string())
     }
 }

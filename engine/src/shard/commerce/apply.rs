@@ -14,6 +14,7 @@ use crate::commerce::payout::{
 use crate::ledger::hold::HoldStatus;
 use crate::ledger::transfer::TransferState;
 use crate::shard::event::Event;
+use crate::shard::moves::MoveKey;
 use crate::shard::state::Shard;
 use crate::values::error::ApplyError;
 use crate::values::ids::{HoldId, PayoutId, SettlementId, TransactionId, Uuid, WalletId};
@@ -90,19 +91,11 @@ impl Shard {
             Event::QrCreated(qr) => self.apply_qr_created(qr),
             Event::PaymentReserved(reservation) => self.apply_payment_reserved(reservation),
             Event::PaymentCredited(credit) => self.apply_payment_credited(credit),
-            Event::PaymentCreditRefused {
-                reservation_uuid,
-                payment_uuid,
-                target_wallet_id,
-                at_ms,
-            } => {
-                let refusal = RefusedPaymentCredit {
-                    uuid: *reservation_uuid,
-                    payment_uuid: *payment_uuid,
-                    target_wallet_id: *target_wallet_id,
-                    refused_at_ms: *at_ms,
-                };
-                self.apply_payment_credit_refused(refusal)
+            refused @ Event::PaymentCreditRefused { .. } => {
+                match crate::shard::moves::refusal_of(refused) {
+                    Some(refusal) => self.apply_payment_credit_refused(refusal),
+                    None => Err(ApplyError::new("not a refusal", 0)),
+                }
             }
             Event::PaymentReserveFinalized {
                 reservation_uuid,
@@ -286,7 +279,9 @@ impl Shard {
                 id,
             ));
         }
+        self.count_transit(credit.currency, credit.amount, false)?;
         self.commerce.credits.insert(credit.uuid, credit.clone());
+        self.finish_move(MoveKey::Credit(credit.uuid));
         Ok(())
     }
 
@@ -303,7 +298,9 @@ impl Shard {
                 refusal.target_wallet_id.0,
             ));
         }
+        let key = MoveKey::Refusal(refusal.uuid);
         self.commerce.refused_credits.insert(refusal.uuid, refusal);
+        self.finish_move(key);
         Ok(())
     }
 
@@ -318,19 +315,19 @@ impl Shard {
             .reservations
             .get_mut(&uuid)
             .ok_or(ApplyError::new("unknown payment reservation", 0))?;
-        if reservation.state != TransferState::Reserved {
-            return Err(ApplyError::new(
-                "payment reservation already settled",
-                reservation.transaction_id.0,
-            ));
-        }
-        reservation.state = state;
-        reservation.settled_at_ms = Some(at_ms);
+        let id = reservation.transaction_id.0;
+        crate::ledger::transfer::settle_move(
+            (&mut reservation.state, &mut reservation.settled_at_ms),
+            state,
+            at_ms,
+        )
+        .map_err(|_| ApplyError::new("payment reservation already settled", id))?;
+        let moved = (reservation.currency, reservation.amount);
         if state == TransferState::Released && reservation.kind == PaymentMoveKind::Charge {
             let payment_uuid = reservation.payment_uuid;
             self.index.commerce.open_charges.remove(&payment_uuid);
         }
-        Ok(())
+        self.settled_move(MoveKey::Reservation(uuid), state, moved)
     }
 
     /// The status of hold `hold_id` on `wallet_id`, and its amount.

@@ -59,14 +59,15 @@ impl Shard {
                 }
             }
             Command::PaymentReserve(reserve) => {
+                // A repeated reserve's reservation may be filed only.
                 let reservation = self
-                    .open_charge_reservation(reserve.payment_uuid)
+                    .open_charge_record(reserve.payment_uuid)?
                     .ok_or(missing("charge reservation", 0))?;
-                self.reserved_outcome(reservation)?
+                self.reserved_outcome(&reservation)?
             }
             Command::PaymentCredit(credit) => {
                 let incoming = self
-                    .incoming_payment_credit(credit.reservation_uuid)
+                    .credit_record(credit.reservation_uuid)?
                     .ok_or(missing("payment credit", 0))?;
                 Outcome::PaymentCredited {
                     transaction: self
@@ -77,9 +78,9 @@ impl Shard {
             Command::PaymentReserveFinalize { reservation_uuid }
             | Command::PaymentReserveRelease { reservation_uuid } => {
                 Outcome::PaymentReservationSettled(
-                    self.payment_reservation(*reservation_uuid)
+                    self.reservation_record(*reservation_uuid)?
                         .ok_or(Rejection::NotFound("payment reservation"))?
-                        .clone(),
+                        .into_owned(),
                 )
             }
             Command::CreatePaymentLink(_) => {

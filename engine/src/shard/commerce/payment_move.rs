@@ -38,13 +38,7 @@ impl Shard {
                 "merchant is on this shard: confirm the payment there",
             ));
         }
-        if let Some(open) = self
-            .index
-            .commerce
-            .open_charges
-            .get(&request.payment_uuid)
-            .and_then(|uuid| self.commerce.reservations.get(uuid))
-        {
+        if let Some(open) = self.open_charge_record(request.payment_uuid)? {
             let same = open.source_wallet_id == request.payer_wallet_id
                 && open.target_wallet_id == request.merchant_wallet_id
                 && open.amount == request.amount
@@ -99,7 +93,7 @@ impl Shard {
         draft: &mut Draft<'_>,
         request: &PaymentCredit,
     ) -> Result<(), Rejection> {
-        if let Some(existing) = self.commerce.credits.get(&request.reservation_uuid) {
+        if let Some(existing) = self.credit_record(request.reservation_uuid)? {
             let same = existing.payment_uuid == request.payment_uuid
                 && existing.kind == request.kind
                 && existing.source_wallet_id == request.source_wallet_id
@@ -113,11 +107,7 @@ impl Shard {
                 "reservation already credited with other details",
             ));
         }
-        if self
-            .commerce
-            .refused_credits
-            .contains_key(&request.reservation_uuid)
-        {
+        if self.refusal_record(request.reservation_uuid)?.is_some() {
             // The first decision is final: its reservation is being (or was) released.
             return Err(Rejection::InvalidState(
                 "the credit of this reservation was refused before",
@@ -209,14 +199,6 @@ impl Shard {
         rejection: &Rejection,
         now_ms: i64,
     ) -> Option<Event> {
-        let decided = self
-            .commerce
-            .credits
-            .contains_key(&request.reservation_uuid)
-            || self
-                .commerce
-                .refused_credits
-                .contains_key(&request.reservation_uuid);
         let about_the_request = matches!(
             rejection,
             Rejection::UnknownCurrency
@@ -228,7 +210,16 @@ impl Shard {
                 // A store read failed: nothing was decided, a retry decides.
                 | Rejection::Unavailable(_)
         );
-        if decided || about_the_request || !self.owns(request.target_wallet_id) {
+        if about_the_request || !self.owns(request.target_wallet_id) {
+            return None;
+        }
+        // Decided before (in memory, or filed): nothing to record. The decision read the same
+        // records, so a store that cannot answer here refused it as unavailable already; if it
+        // fails now all the same, nothing is recorded and a retry decides.
+        let uuid = request.reservation_uuid;
+        let decided = !matches!(self.credit_record(uuid), Ok(None))
+            || !matches!(self.refusal_record(uuid), Ok(None));
+        if decided {
             return None;
         }
         Some(Event::PaymentCreditRefused {
@@ -245,9 +236,7 @@ impl Shard {
         reservation_uuid: Uuid,
     ) -> Result<(), Rejection> {
         let reservation = self
-            .commerce
-            .reservations
-            .get(&reservation_uuid)
+            .reservation_record(reservation_uuid)?
             .ok_or(Rejection::NotFound("payment reservation"))?;
         match reservation.state {
             TransferState::Finalized => Ok(()),
@@ -268,9 +257,7 @@ impl Shard {
         reservation_uuid: Uuid,
     ) -> Result<(), Rejection> {
         let reservation = self
-            .commerce
-            .reservations
-            .get(&reservation_uuid)
+            .reservation_record(reservation_uuid)?
             .ok_or(Rejection::NotFound("payment reservation"))?;
         match reservation.state {
             TransferState::Released => return Ok(()),

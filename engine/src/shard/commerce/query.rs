@@ -219,13 +219,15 @@ impl Shard {
         })
     }
 
-    /// A cross-shard payment step this shard is the source of.
+    /// A cross-shard payment step this shard is the source of, if in memory (in flight, or
+    /// finished and not yet filed; [`Shard::reservation_record`] also reads the store).
     #[must_use]
     pub fn payment_reservation(&self, uuid: Uuid) -> Option<&PaymentReservation> {
         self.commerce.reservations.get(&uuid)
     }
 
-    /// The charge reservation of a payment that is not released (reserved or finalized), if any.
+    /// The charge reservation of a payment that is not released (reserved or finalized), if in
+    /// memory ([`Shard::open_charge_record`] also reads the store).
     #[must_use]
     pub fn open_charge_reservation(&self, payment_uuid: Uuid) -> Option<&PaymentReservation> {
         self.index
@@ -235,13 +237,15 @@ impl Shard {
             .and_then(|uuid| self.commerce.reservations.get(uuid))
     }
 
-    /// A cross-shard payment step this shard credited.
+    /// A cross-shard payment step this shard credited, if in memory ([`Shard::credit_record`]
+    /// also reads the store).
     #[must_use]
     pub fn incoming_payment_credit(&self, uuid: Uuid) -> Option<&IncomingPaymentCredit> {
         self.commerce.credits.get(&uuid)
     }
 
-    /// The refusal this shard logged for reservation `uuid`'s credit, if it refused it.
+    /// The refusal this shard logged for reservation `uuid`'s credit, if in memory
+    /// ([`Shard::refusal_record`] also reads the store).
     #[must_use]
     pub fn refused_payment_credit(&self, uuid: Uuid) -> Option<&RefusedPaymentCredit> {
         self.commerce.refused_credits.get(&uuid)

@@ -14,6 +14,7 @@ use crate::ledger::transfer::{IncomingTransfer, OutgoingTransfer, TransferState}
 use crate::ledger::wallet::{History, Wallet, WalletStatus};
 use crate::shard::cold::Recall;
 use crate::shard::event::{Event, WalletCreated};
+use crate::shard::moves::MoveKey;
 use crate::shard::state::{OwnerKey, Shard};
 use crate::values::error::ApplyError;
 use crate::values::ids::{EntryId, HoldId, TransactionId, WalletId};
@@ -431,7 +432,9 @@ impl Shard {
                 transfer.transaction_id.0,
             ));
         }
+        self.count_transit(transfer.currency, transfer.amount, false)?;
         self.transfers_in.insert(transfer.uuid, transfer.clone());
+        self.finish_move(MoveKey::Incoming(transfer.uuid));
         Ok(())
     }
 
@@ -445,14 +448,14 @@ impl Shard {
             .transfers_out
             .get_mut(&uuid)
             .ok_or(ApplyError::new("unknown outgoing transfer", 0))?;
-        if transfer.state != TransferState::Reserved {
-            return Err(ApplyError::new(
-                "outgoing transfer already settled",
-                transfer.transaction_id.0,
-            ));
-        }
-        transfer.state = state;
-        transfer.settled_at_ms = Some(at_ms);
-        Ok(())
+        let id = transfer.transaction_id.0;
+        crate::ledger::transfer::settle_move(
+            (&mut transfer.state, &mut transfer.settled_at_ms),
+            state,
+            at_ms,
+        )
+        .map_err(|_| ApplyError::new("outgoing transfer already settled", id))?;
+        let moved = (transfer.currency, transfer.amount);
+        self.settled_move(MoveKey::Outgoing(uuid), state, moved)
     }
 }

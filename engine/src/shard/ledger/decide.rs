@@ -51,9 +51,9 @@ impl Shard {
             }
             Command::TransferCredit(credit) => self.decide_transfer_credit(&mut draft, credit)?,
             Command::TransferFinalize { transfer_uuid } => {
+                // A finished transfer may have left memory: the store has it then.
                 let transfer = self
-                    .transfers_out
-                    .get(transfer_uuid)
+                    .outgoing_record(*transfer_uuid)?
                     .ok_or(Rejection::NotFound("transfer"))?;
                 match transfer.state {
                     TransferState::Finalized => {}
@@ -362,7 +362,8 @@ impl Shard {
         request: &TransferCredit,
     ) -> Result<(), Rejection> {
         let description = bounded_text(request.description.as_deref())?;
-        if let Some(existing) = self.transfers_in.get(&request.transfer_uuid) {
+        // Credited before: the record is in memory, or (filed and evicted) in the store.
+        if let Some(existing) = self.incoming_record(request.transfer_uuid)? {
             let same = existing.source_wallet_id == request.source_wallet_id
                 && existing.target_wallet_id == request.target_wallet_id
                 && existing.currency == request.currency
@@ -426,8 +427,7 @@ impl Shard {
         transfer_uuid: crate::values::ids::Uuid,
     ) -> Result<(), Rejection> {
         let transfer = self
-            .transfers_out
-            .get(&transfer_uuid)
+            .outgoing_record(transfer_uuid)?
             .ok_or(Rejection::NotFound("transfer"))?;
         match transfer.state {
             TransferState::Released => return Ok(()),

@@ -181,25 +181,46 @@ impl Shard {
         self.check_commerce()
     }
 
-    /// Invariant 5: in-transit = outgoing (reserved or finalized) − incoming, per currency, for
-    /// transfers and payment reservations together.
+    /// Invariant 5: in-transit = sent − received by finished moves (the totals kept in apply) +
+    /// outgoing moves still `reserved` (in memory, always), per currency, for transfers and
+    /// payment reservations together. The finished records in memory are checked against the
+    /// totals: equal on a shard that keeps them all, within them on one whose records leave.
     fn check_in_transit(&self) -> Result<(), InvariantViolation> {
         let mut expected: BTreeMap<Currency, Decimal> = BTreeMap::new();
+        for (currency, totals) in &self.transit {
+            add(&mut expected, *currency, totals.sent)?;
+            add(&mut expected, *currency, -totals.received)?;
+        }
         for transfer in self.transfers_out.values() {
-            if transfer.state != TransferState::Released {
+            if transfer.state == TransferState::Reserved {
                 add(&mut expected, transfer.currency, transfer.amount)?;
             }
         }
-        for transfer in self.transfers_in.values() {
-            add(&mut expected, transfer.currency, -transfer.amount)?;
-        }
         for reservation in self.commerce.reservations.values() {
-            if reservation.state != TransferState::Released {
+            if reservation.state == TransferState::Reserved {
                 add(&mut expected, reservation.currency, reservation.amount)?;
             }
         }
-        for credit in self.commerce.credits.values() {
-            add(&mut expected, credit.currency, -credit.amount)?;
+        let finished = self
+            .transit_from_records()
+            .ok_or(InvariantViolation::Overflow)?;
+        for currency in finished.keys().chain(self.transit.keys()) {
+            let kept = self.transit.get(currency).copied().unwrap_or_default();
+            let found = finished.get(currency).copied().unwrap_or_default();
+            let fits = if self.recall.evicts() {
+                found.sent <= kept.sent && found.received <= kept.received
+            } else {
+                found == kept
+            };
+            if !fits {
+                return Err(InvariantViolation::TransitTotals {
+                    currency: *currency,
+                    sent: kept.sent,
+                    received: kept.received,
+                    found_sent: found.sent,
+                    found_received: found.received,
+                });
+            }
         }
         let actual = self.in_transit_by_currency();
         for currency in expected.keys().chain(actual.keys()) {

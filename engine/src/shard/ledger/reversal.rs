@@ -90,6 +90,7 @@ impl Shard {
         if original.reversed_by_transaction_id.is_some() {
             return Err(Rejection::AlreadyReversed);
         }
+        // A transfer still reserved is always in memory (only finished moves leave it).
         let reserved = original.transfer_uuid.is_some_and(|uuid| {
             self.transfers_out
                 .get(&uuid)
