@@ -11,6 +11,7 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 
+use engine::commerce::payment::Payment;
 use engine::ledger::hold::Hold;
 use engine::ledger::transaction::{Hash, LedgerEntry, Transaction};
 use engine::ledger::wallet::{OwnerType, WalletType};
@@ -80,6 +81,20 @@ impl ColdHistory for FiledElsewhere {
         _: &mut dyn FnMut(&Hash, &LedgerEntry) -> bool,
     ) -> ColdResult<()> {
         Err("a transfer listed entries".into())
+    }
+    fn payment(&self, _: Uuid) -> ColdResult<Option<Payment>> {
+        Err("a transfer read a payment".into())
+    }
+    fn for_each_payment(&self, _: WalletId, _: &mut dyn FnMut(&Payment) -> bool) -> ColdResult<()> {
+        Err("a transfer listed payments".into())
+    }
+    fn for_each_completed_payment(
+        &self,
+        _: i64,
+        _: i64,
+        _: &mut dyn FnMut(&Payment) -> bool,
+    ) -> ColdResult<()> {
+        Err("a transfer listed payments".into())
     }
 }
 

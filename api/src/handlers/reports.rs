@@ -138,9 +138,12 @@ pub async fn report(app: &SharedApp, call: &Call) -> Handled {
     match call.op {
         Op::GetFeeReport => {
             let shards = engine
-                .read_all(move |s| s.fee_report(&range))
+                .read_all(move |s| s.fee_report_checked(&range))
                 .await
-                .map_err(engine_error)?;
+                .map_err(engine_error)?
+                .into_iter()
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|rejection| ApiError::from_rejection(&rejection))?;
             let rows = merge_fee_rows(shards)
                 .into_iter()
                 .map(|row| FeeRowJson {

@@ -221,10 +221,6 @@ pub(crate) fn open(
     // scan): records after the snapshot rebuild the shards, records after the store's last
     // checkpoint are filed into the store.
     // From an archive, replay starts at LSN 1 whatever snapshot there is.
-    let mut state = match archive {
-        Some(_) => Replayed::empty(count)?,
-        None => Replayed::load(&dir, count)?,
-    };
     let store_path = config.data_dir.join(history::STORE_DIR);
     let store = match history::HistoryStore::open(&store_path, config.history.cache_bytes) {
         Ok(store) => Arc::new(store),
@@ -236,6 +232,16 @@ pub(crate) fn open(
             }))
         }
         Err(error) => return Err(history_error(&store_path, &error)),
+    };
+    // A store written before payments were filed lacks those it covers: replay then keeps every
+    // payment in memory, and they are filed from there once replay is done (below).
+    let payments_filed = store
+        .payments_complete()
+        .and_then(|complete| Ok(complete || store.indexed_lsn()? == 0))
+        .map_err(|e| history_error(&store_path, &e))?;
+    let mut state = match archive {
+        Some(_) => Replayed::empty(count)?,
+        None => Replayed::load_keeping(&dir, count, payments_filed)?,
     };
     let mut filer = Filer::new(store.clone(), config.history.checkpoint_every)
         .map_err(|e| history_error(&store_path, &e))?;
@@ -334,6 +340,26 @@ pub(crate) fn open(
     // lacks went in with the flush above, and those an older snapshot carried before replay:
     // from here on every answer of the retention window is in the store, durably, and memory
     // holds hot keys only.
+    // Every payment the shards hold is their latest version; filed as it is, it completes a
+    // store written before payments were (once: the store is then marked complete). From here
+    // on final payments leave memory once filed.
+    if !store
+        .payments_complete()
+        .map_err(|e| history_error(&store_path, &e))?
+    {
+        store
+            .file_payments(
+                state
+                    .shards
+                    .iter()
+                    .flat_map(|shard| shard.commerce.payments.values()),
+            )
+            .map_err(|e| history_error(&store_path, &e))?;
+        tracing::info!("filed the payments of a store written before payments were filed");
+    }
+    for shard in &mut state.shards {
+        shard.payments_leave = true;
+    }
     filer
         .answers_complete()
         .and_then(|()| store.persist())
@@ -550,10 +576,24 @@ impl Replayed {
 
     /// Loads the newest valid snapshot of `dir`, or empty shards when there is none.
     pub fn load(dir: &std::path::Path, count: u32) -> Result<Self, OpenError> {
+        Self::load_keeping(dir, count, true)
+    }
+
+    /// As [`Replayed::load`]; `payments_filed` false keeps every payment in memory (the store
+    /// does not hold them yet).
+    pub fn load_keeping(
+        dir: &std::path::Path,
+        count: u32,
+        payments_filed: bool,
+    ) -> Result<Self, OpenError> {
         let snapshot = wal::snapshot::load_newest(&wal::fs::StdFs, dir)?;
         let table = IdempotencyTable::new();
         let Some(found) = snapshot else {
-            return Self::empty(count);
+            let mut empty = Self::empty(count)?;
+            for shard in &mut empty.shards {
+                shard.payments_leave = payments_filed;
+            }
+            return Ok(empty);
         };
         let path = found.path.display().to_string();
         let decoded = image::decode(&found.payload).map_err(|e| OpenError::Snapshot {
@@ -583,6 +623,7 @@ impl Replayed {
             .map(|(lsn, mut shard)| {
                 // Replay keeps hot state only: what the snapshot holds of history is filed.
                 shard.set_recall(Recall::Replay);
+                shard.payments_leave = payments_filed;
                 shard.evict_all();
                 (shard, lsn)
             })

@@ -20,6 +20,7 @@
 use std::fmt;
 use std::sync::Arc;
 
+use crate::commerce::payment::Payment;
 use crate::ledger::hold::Hold;
 use crate::ledger::transaction::{Hash, LedgerEntry, Transaction};
 use crate::values::error::Rejection;
@@ -47,6 +48,23 @@ pub trait ColdHistory: Send + Sync {
         &self,
         wallet: WalletId,
         visit: &mut dyn FnMut(&Hash, &LedgerEntry) -> bool,
+    ) -> ColdResult<()>;
+    /// The filed payment with this uuid.
+    fn payment(&self, uuid: Uuid) -> ColdResult<Option<Payment>>;
+    /// Every filed payment to merchant wallet `merchant`, oldest first, until `visit` returns
+    /// false.
+    fn for_each_payment(
+        &self,
+        merchant: WalletId,
+        visit: &mut dyn FnMut(&Payment) -> bool,
+    ) -> ColdResult<()>;
+    /// Every filed payment (of any shard) that completed within `from_ms..=to_ms`, until
+    /// `visit` returns false.
+    fn for_each_completed_payment(
+        &self,
+        from_ms: i64,
+        to_ms: i64,
+        visit: &mut dyn FnMut(&Payment) -> bool,
     ) -> ColdResult<()>;
 }
 

@@ -123,6 +123,14 @@ pub struct Shard {
     /// Wallets whose records changed, by the stamp of the change, oldest first: where eviction
     /// looks once the indexer has filed that command.
     pub(crate) touched: VecDeque<(u64, WalletId)>,
+    /// Payments in memory by the stamp of their last change (absent: loaded, stamp 0).
+    pub(crate) payment_stamps: HashMap<Uuid, u64>,
+    /// Payments that changed, by the stamp of the change, oldest first (see `touched`).
+    pub(crate) touched_payments: VecDeque<(u64, Uuid)>,
+    /// Whether payments that are no longer pending leave memory once filed: false only while
+    /// recovery replays for a store written before payments were filed (they are filed from
+    /// memory afterwards, see `recovery`).
+    pub(crate) payments_leave: bool,
 }
 
 impl Shard {
@@ -148,6 +156,9 @@ impl Shard {
             recall: Recall::Keep,
             stamp: 0,
             touched: VecDeque::new(),
+            payment_stamps: HashMap::new(),
+            touched_payments: VecDeque::new(),
+            payments_leave: true,
         }
     }
 
@@ -284,7 +295,7 @@ impl Shard {
     }
 
     /// A record from memory if it is there, else from the store (a shard with one).
-    fn hot_or_filed<'a, T: Clone>(
+    pub(crate) fn hot_or_filed<'a, T: Clone>(
         &self,
         hot: Option<&'a T>,
         filed: impl FnOnce(&dyn ColdHistory) -> ColdResult<Option<T>>,
@@ -459,7 +470,47 @@ impl Shard {
             self.touched.pop_front();
             gone += self.evict_wallet(wallet_id, filed);
         }
+        while let Some(&(stamp, uuid)) = self.touched_payments.front() {
+            if stamp > filed {
+                break;
+            }
+            self.touched_payments.pop_front();
+            gone += self.evict_payment(uuid, filed);
+        }
         gone
+    }
+
+    /// Drops payment `uuid` if it may leave memory and its last change is filed.
+    fn evict_payment(&mut self, uuid: Uuid, filed: u64) -> usize {
+        if !self.payments_leave
+            || self.payment_stamps.get(&uuid).is_some_and(|&at| at > filed)
+            || !self
+                .commerce
+                .payments
+                .get(&uuid)
+                .is_some_and(crate::commerce::payment::Payment::may_leave_memory)
+        {
+            return 0;
+        }
+        self.commerce.payments.remove(&uuid);
+        self.payment_stamps.remove(&uuid);
+        1
+    }
+
+    /// Notes that payment `uuid` changed under the current command.
+    pub(crate) fn touch_payment(&mut self, uuid: Uuid) {
+        if self.recall.evicts() {
+            self.payment_stamps.insert(uuid, self.stamp);
+            if self.touched_payments.back() != Some(&(self.stamp, uuid)) {
+                self.touched_payments.push_back((self.stamp, uuid));
+            }
+        }
+    }
+
+    /// Payments held in memory.
+    #[must_use]
+    pub fn payments_in_memory(&self) -> usize {
+        self.commerce.payments.len()
     }
 
     /// Drops every record that may leave from every wallet (after recovery, once the store
@@ -469,15 +520,23 @@ impl Shard {
             return 0;
         }
         self.touched.clear();
+        self.touched_payments.clear();
+        let payments: Vec<Uuid> = self.commerce.payments.keys().copied().collect();
+        let payments_gone: usize = payments
+            .into_iter()
+            .map(|uuid| self.evict_payment(uuid, u64::MAX))
+            .sum();
         let ids: Vec<WalletId> = self
             .wallets
             .iter()
             .filter(|wallet| wallet.has_history())
             .map(Wallet::id)
             .collect();
-        ids.into_iter()
-            .map(|wallet_id| self.evict_wallet(wallet_id, u64::MAX))
-            .sum()
+        payments_gone
+            + ids
+                .into_iter()
+                .map(|wallet_id| self.evict_wallet(wallet_id, u64::MAX))
+                .sum::<usize>()
     }
 
     fn evict_wallet(&mut self, wallet_id: WalletId, filed: u64) -> usize {

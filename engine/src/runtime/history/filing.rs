@@ -1,9 +1,10 @@
 //! Filing: what the indexer writes to the store for each durable event, in LSN order.
 //!
-//! It mirrors what `Shard::apply` does to a wallet's history, through the same record methods
-//! (`Transaction::mark_reversed`, `Transaction::set_refunded`, `LedgerEntry::mark_reversed`,
-//! `Hold::close`), so the store holds exactly the records the shard would show. Every other event
-//! leaves history alone.
+//! It mirrors what `Shard::apply` does to a wallet's history and to payments, through the same
+//! record methods (`Transaction::mark_reversed`, `Transaction::set_refunded`,
+//! `LedgerEntry::mark_reversed`, `Hold::close`, `Payment::complete`, `Payment::close`,
+//! `Payment::set_refunded`), so the store holds exactly the records the shard would show. Every
+//! other event leaves history alone.
 //!
 //! One call files a group of records as one atomic write batch. A batch cannot read its own
 //! writes, so records changed twice within it (a transfer refunded a moment later) go through a
@@ -17,8 +18,10 @@ use serde::Serialize;
 use super::answers::file_answer;
 use super::pages::{directory_key, starts_block, Paged};
 use super::store::{
-    counts_in, decode, encode, key2, key3, time_key, HistoryStore, Open, StoreError, INDEXED_LSN,
+    counts_in, decode, encode, key2, key3, payment_writes, time_key, HistoryStore, Open,
+    StoreError, INDEXED_LSN, PAYMENTS_COMPLETE,
 };
+use crate::commerce::payment::Payment;
 use crate::ledger::hold::Hold;
 use crate::ledger::transaction::{Hash, LedgerEntry, Transaction};
 use crate::runtime::journal::IdempotencyRecord;
@@ -122,6 +125,8 @@ enum Kind {
     Transaction,
     Entry,
     Hold,
+    /// Keyed by the payment's uuid.
+    Payment,
 }
 
 struct Batch<'a> {
@@ -149,6 +154,7 @@ impl Batch<'_> {
             Kind::Transaction => &self.open.transactions,
             Kind::Entry => &self.open.entries,
             Kind::Hold => &self.open.holds,
+            Kind::Payment => &self.open.payments,
         }
     }
 
@@ -315,9 +321,70 @@ impl Batch<'_> {
                     .map_err(|reason| rule("hold", key, reason))?;
                 self.put(Kind::Hold, key2(key.0, key.1), &hold)?;
             }
+            Event::PaymentInitiated(payment) => self.file_payment(payment, true)?,
+            Event::PaymentCompleted {
+                payment_uuid,
+                merchant_transaction_id,
+                at_ms,
+            } => self.change_payment(*payment_uuid, |payment| {
+                payment.complete(*merchant_transaction_id, *at_ms)
+            })?,
+            Event::PaymentClosed {
+                payment_uuid,
+                status,
+                at_ms,
+            } => self.change_payment(*payment_uuid, |payment| payment.close(*status, *at_ms))?,
+            Event::PaymentRefundTotalChanged {
+                payment_uuid,
+                refunded_amount,
+                at_ms,
+            } => self.change_payment(*payment_uuid, |payment| {
+                payment.set_refunded(*refunded_amount, *at_ms)
+            })?,
             _ => {}
         }
         Ok(())
+    }
+
+    /// Writes `payment` (and its indexes; `new`: the merchant index too).
+    fn file_payment(&mut self, payment: &Payment, new: bool) -> Result<(), StoreError> {
+        for (keyspace, key, value) in payment_writes(self.open, payment, new)? {
+            if std::ptr::eq(keyspace, &self.open.payments) {
+                if let Ok(uuid) = <[u8; 16]>::try_from(key.as_slice()) {
+                    self.overlay
+                        .insert((Kind::Payment, uuid), fjall::Slice::from(value.clone()));
+                }
+            }
+            self.writes.insert(keyspace, key, value);
+        }
+        Ok(())
+    }
+
+    /// Changes a filed payment through `change` and files it again. A payment the store lacks
+    /// is an error, except in a store written before payments were filed (no
+    /// `payments_complete` yet): recovery then files the shards' own copy.
+    fn change_payment(
+        &mut self,
+        uuid: crate::values::ids::Uuid,
+        change: impl FnOnce(&mut Payment) -> Result<(), &'static str>,
+    ) -> Result<(), StoreError> {
+        let found = match self.overlay.get(&(Kind::Payment, uuid.0)) {
+            Some(value) => Some(value.clone()),
+            None => self.open.payments.get(uuid.0)?,
+        };
+        let Some(bytes) = found else {
+            if self.open.meta.get(PAYMENTS_COMPLETE)?.is_none() {
+                return Ok(());
+            }
+            return Err(StoreError::Missing {
+                what: "payment",
+                key: uuid.to_string(),
+            });
+        };
+        let mut payment: Payment = decode("payment", &uuid.0, &bytes)?;
+        change(&mut payment)
+            .map_err(|reason| StoreError::Rule(format!("payment {uuid}: {reason}")))?;
+        self.file_payment(&payment, false)
     }
 
     /// The hash of a wallet's newest entry in the store, zero when it has none. Only asked when

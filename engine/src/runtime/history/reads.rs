@@ -142,7 +142,7 @@ impl Engine {
 
 /// Compares one shard's hot state with the store: per wallet the record counts, the chain (every
 /// filed entry follows the one before it, and the last is the wallet's chain head and balance),
-/// and every record still in memory against its filed version.
+/// and every record still in memory (payments included) against its filed version.
 fn compare_shard(shard: &Shard, store: &Arc<HistoryStore>) -> Result<u64, String> {
     let mut compared = 0u64;
     for wallet in shard.wallets() {
@@ -223,6 +223,15 @@ fn compare_shard(shard: &Shard, store: &Arc<HistoryStore>) -> Result<u64, String
             }
         }
         compared += held.transactions + held.entries + held.holds;
+    }
+    for payment in shard.commerce.payments.values() {
+        let stored = store
+            .payment(payment.uuid)
+            .map_err(|e| format!("payment {}: {e}", payment.uuid))?;
+        if stored.as_ref() != Some(payment) {
+            return Err(format!("payment {} differs from the store", payment.uuid));
+        }
+        compared += 1;
     }
     Ok(compared)
 }

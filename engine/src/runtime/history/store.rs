@@ -20,6 +20,10 @@
 //! counts        wallet                          -> transactions | entries | holds
 //! answers, answer_times                         idempotency answers ([`super::answers`])
 //! pages         wallet | kind | block           -> id            the page directory ([`super::pages`])
+//! payments      uuid                            -> Payment
+//! merchant_payments  merchant wallet | payment id -> uuid      a merchant's payments, oldest first
+//! payment_times completed_at | payment id       -> uuid          completed payments by date (fees)
+//! meta          "payments_complete"             -> ()            every payment is filed
 //! ```
 //!
 //! An entry is stored with the hash of the entry before it, so a page of the statement shows each
@@ -41,6 +45,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use super::pages::{newest_first_raw, Paged};
+use crate::commerce::payment::Payment;
 use crate::ledger::hold::Hold;
 use crate::ledger::transaction::{Hash, LedgerEntry, Transaction};
 use crate::shard::cold::ColdResult;
@@ -51,6 +56,9 @@ use crate::values::ids::{EntryId, HoldId, TransactionId, Uuid, WalletId};
 pub const VALUE_FORMAT: u8 = 1;
 
 pub(crate) const INDEXED_LSN: &[u8] = b"indexed_lsn";
+/// Present once every payment of the log is filed (absent: a store written before payments were,
+/// completed by recovery from the shards' memory).
+pub(crate) const PAYMENTS_COMPLETE: &[u8] = b"payments_complete";
 
 /// The store's directory in a data directory.
 pub const STORE_DIR: &str = "history";
@@ -191,11 +199,14 @@ pub(crate) struct Open {
     pub(crate) answers: fjall::Keyspace,
     pub(crate) answer_times: fjall::Keyspace,
     pub(crate) pages: fjall::Keyspace,
+    pub(crate) payments: fjall::Keyspace,
+    pub(crate) merchant_payments: fjall::Keyspace,
+    pub(crate) payment_times: fjall::Keyspace,
 }
 
 impl Open {
     /// Every keyspace with the memtable size at which the indexer seals it.
-    fn keyspaces(&self) -> [(&fjall::Keyspace, u64); 11] {
+    fn keyspaces(&self) -> [(&fjall::Keyspace, u64); 14] {
         const LARGE: u64 = 16 << 20;
         const SMALL: u64 = 8 << 20;
         [
@@ -210,6 +221,9 @@ impl Open {
             (&self.answers, LARGE),
             (&self.answer_times, SMALL),
             (&self.pages, SMALL),
+            (&self.payments, LARGE),
+            (&self.merchant_payments, SMALL),
+            (&self.payment_times, SMALL),
         ]
     }
 }
@@ -275,6 +289,9 @@ impl HistoryStore {
             answers: keyspace("answers")?,
             answer_times: keyspace("answer_times")?,
             pages: keyspace("pages")?,
+            payments: keyspace("payments")?,
+            merchant_payments: keyspace("merchant_payments")?,
+            payment_times: keyspace("payment_times")?,
             db,
         };
         super::pages::complete_directory(&open)?;
@@ -559,6 +576,65 @@ impl HistoryStore {
         self.with(|open| oldest_first(&open.transactions, wallet_id, "transaction", visit))
     }
 
+    /// The payment with this uuid.
+    pub fn payment(&self, uuid: Uuid) -> Result<Option<Payment>, StoreError> {
+        self.with(|open| get(&open.payments, uuid.0, "payment"))
+    }
+
+    /// Visits every payment to merchant wallet `merchant`, oldest first, until `visit` returns
+    /// false.
+    pub fn for_each_payment(
+        &self,
+        merchant: WalletId,
+        visit: &mut dyn FnMut(&Payment) -> bool,
+    ) -> Result<(), StoreError> {
+        let w = merchant.0;
+        self.with(|open| {
+            payments_by(
+                open,
+                open.merchant_payments.range(key2(w, 0)..=key2(w, u64::MAX)),
+                visit,
+            )
+        })
+    }
+
+    /// Visits every payment that completed within `from_ms..=to_ms`, until `visit` returns
+    /// false.
+    pub fn for_each_completed_payment(
+        &self,
+        from_ms: i64,
+        to_ms: i64,
+        visit: &mut dyn FnMut(&Payment) -> bool,
+    ) -> Result<(), StoreError> {
+        let (low, high) = (key2(time_key(from_ms), 0), key2(time_key(to_ms), u64::MAX));
+        self.with(|open| payments_by(open, open.payment_times.range(low..=high), visit))
+    }
+
+    /// Whether every payment of the log is filed: a store written before payments were lacks
+    /// them until recovery files the shards' payments ([`HistoryStore::file_payments`]).
+    pub fn payments_complete(&self) -> Result<bool, StoreError> {
+        self.with(|open| Ok(open.meta.get(PAYMENTS_COMPLETE)?.is_some()))
+    }
+
+    /// Files `payments` as they are (the shards' latest versions) and marks the store's
+    /// payments complete, in one write batch. Not durable by itself.
+    pub fn file_payments<'a>(
+        &self,
+        payments: impl Iterator<Item = &'a Payment>,
+    ) -> Result<(), StoreError> {
+        self.with(|open| {
+            let mut writes = open.db.batch();
+            for payment in payments {
+                for (keyspace, key, value) in payment_writes(open, payment, true)? {
+                    writes.insert(keyspace, key, value);
+                }
+            }
+            writes.insert(&open.meta, PAYMENTS_COMPLETE, Vec::new());
+            writes.commit()?;
+            Ok(())
+        })
+    }
+
     /// Visits every hold of a wallet, oldest first.
     pub fn for_each_hold(
         &self,
@@ -584,6 +660,52 @@ fn oldest_first<T: DeserializeOwned>(
         count += 1;
     }
     Ok(count)
+}
+
+/// Visits the payments an index range names (values: payment uuids), in key order.
+fn payments_by(
+    open: &Open,
+    range: impl Iterator<Item = fjall::Guard>,
+    visit: &mut dyn FnMut(&Payment) -> bool,
+) -> Result<(), StoreError> {
+    for guard in range {
+        let (key, uuid) = guard.into_inner()?;
+        let payment: Payment =
+            get(&open.payments, &uuid, "payment")?.ok_or_else(|| StoreError::Missing {
+                what: "payment",
+                key: hex::encode(&key),
+            })?;
+        if !visit(&payment) {
+            break;
+        }
+    }
+    Ok(())
+}
+
+/// One insert of a write batch: keyspace, key, value.
+pub(crate) type Write<'a> = (&'a fjall::Keyspace, Vec<u8>, Vec<u8>);
+
+/// What filing `payment` writes: the record, its merchant index and (once completed) its date
+/// index; `new` adds the merchant index (written once, when the payment is initiated).
+pub(crate) fn payment_writes<'a>(
+    open: &'a Open,
+    payment: &Payment,
+    new: bool,
+) -> Result<Vec<Write<'a>>, StoreError> {
+    let uuid = payment.uuid.0.to_vec();
+    let mut writes = vec![(&open.payments, uuid.clone(), encode(payment)?)];
+    if new {
+        let key = key2(payment.merchant_wallet_id.0, payment.id.0);
+        writes.push((&open.merchant_payments, key.to_vec(), uuid.clone()));
+    }
+    if let Some(at) = payment
+        .completed_at_ms
+        .filter(|_| payment.status.is_completed())
+    {
+        let key = key2(time_key(at), payment.id.0);
+        writes.push((&open.payment_times, key.to_vec(), uuid));
+    }
+    Ok(writes)
 }
 
 pub(crate) fn get<T: DeserializeOwned>(
@@ -664,6 +786,28 @@ impl crate::shard::cold::ColdHistory for HistoryStore {
         })
         .map(drop)
         .map_err(|e| e.to_string())
+    }
+
+    fn payment(&self, uuid: Uuid) -> ColdResult<Option<Payment>> {
+        HistoryStore::payment(self, uuid).map_err(|e| e.to_string())
+    }
+
+    fn for_each_payment(
+        &self,
+        merchant: WalletId,
+        visit: &mut dyn FnMut(&Payment) -> bool,
+    ) -> ColdResult<()> {
+        HistoryStore::for_each_payment(self, merchant, visit).map_err(|e| e.to_string())
+    }
+
+    fn for_each_completed_payment(
+        &self,
+        from_ms: i64,
+        to_ms: i64,
+        visit: &mut dyn FnMut(&Payment) -> bool,
+    ) -> ColdResult<()> {
+        HistoryStore::for_each_completed_payment(self, from_ms, to_ms, visit)
+            .map_err(|e| e.to_string())
     }
 
     fn for_each_entry(

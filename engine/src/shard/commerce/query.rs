@@ -4,6 +4,8 @@
 //! each shard pages its own records; the API merges (a record lives on exactly one shard: its
 //! wallet's).
 
+use std::borrow::Cow;
+
 use crate::commerce::payment::{
     IncomingPaymentCredit, Payment, PaymentLink, PaymentReservation, PaymentStatus, QrCode,
     RefusedPaymentCredit,
@@ -47,40 +49,95 @@ fn matches<T: PartialEq>(filter: Option<T>, value: T) -> bool {
 }
 
 impl Shard {
+    /// The payment with this uuid, if on this shard: in memory or, once it left, in the history
+    /// store (which holds every shard's).
+    pub fn payment(&self, uuid: Uuid) -> Result<Option<Cow<'_, Payment>>, Rejection> {
+        let found = self.hot_or_filed(self.commerce.payments.get(&uuid), |store| {
+            store.payment(uuid)
+        })?;
+        Ok(found.filter(|payment| self.owns(payment.merchant_wallet_id)))
+    }
+
+    /// Whether this shard holds the payment with this uuid; a store that cannot answer says yes,
+    /// so the request is routed here and refused as unavailable rather than as not found.
     #[must_use]
-    pub fn payment(&self, uuid: Uuid) -> Option<&Payment> {
-        self.commerce.payments.get(&uuid)
+    pub fn holds_payment(&self, uuid: Uuid) -> bool {
+        !matches!(self.payment(uuid), Ok(None))
     }
 
     /// The payment with this uuid (`PaymentResult` source).
     pub fn payment_view(&self, uuid: Uuid) -> Result<PaymentView, Rejection> {
-        let payment = self.payment(uuid).ok_or(Rejection::NotFound("payment"))?;
-        Ok(PaymentView::of(self, payment))
+        let payment = self.payment(uuid)?.ok_or(Rejection::NotFound("payment"))?;
+        Ok(PaymentView::of(self, &payment))
     }
 
-    /// Payments, newest first.
-    #[must_use]
-    pub fn payments_page(&self, filter: &PaymentFilter, page: Page) -> Paged<PaymentView> {
-        let mut payments: Vec<&Payment> = self
-            .commerce
-            .payments
-            .values()
-            .filter(|payment| {
-                matches(filter.merchant_id, payment.merchant_id)
+    /// Every payment of this shard to merchant wallets that `wanted` accepts (memory and store
+    /// merged, memory's version winning), in no particular order, until `visit` returns false.
+    pub fn for_each_payment(
+        &self,
+        wanted: impl Fn(&crate::ledger::wallet::Wallet) -> bool,
+        mut visit: impl FnMut(&Payment) -> bool,
+    ) -> Result<(), Rejection> {
+        let mut going = true;
+        for payment in self.commerce.payments.values() {
+            if !going {
+                return Ok(());
+            }
+            if self.wallet(payment.merchant_wallet_id).is_some_and(&wanted) {
+                going = visit(payment);
+            }
+        }
+        let Some(store) = self.recall.store() else {
+            return Ok(());
+        };
+        for wallet in self.wallets.iter().filter(|w| !w.is_system() && wanted(w)) {
+            store
+                .for_each_payment(wallet.id(), &mut |filed| {
+                    if !self.commerce.payments.contains_key(&filed.uuid) {
+                        going = visit(filed);
+                    }
+                    going
+                })
+                .map_err(|e| crate::shard::cold::unavailable(&e))?;
+            if !going {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// Payments, newest first (memory and store merged).
+    pub fn payments_page(
+        &self,
+        filter: &PaymentFilter,
+        page: Page,
+    ) -> Result<Paged<PaymentView>, Rejection> {
+        let mut payments: Vec<Payment> = Vec::new();
+        self.for_each_payment(
+            |wallet| {
+                matches(filter.merchant_wallet_id, wallet.id())
+                    && matches(filter.merchant_id, wallet.business_id())
+            },
+            |payment| {
+                if matches(filter.merchant_id, payment.merchant_id)
                     && matches(filter.merchant_wallet_id, payment.merchant_wallet_id)
                     && matches(filter.status, payment.status)
-            })
-            .collect();
+                {
+                    payments.push(payment.clone());
+                }
+                true
+            },
+        )?;
         payments.sort_unstable_by_key(|payment| std::cmp::Reverse(payment.id));
-        let paged = paginate(payments.into_iter(), page);
-        Paged {
+        let paged = paginate(payments.iter(), page);
+        Ok(Paged {
             records: paged
                 .records
                 .into_iter()
                 .map(|payment| PaymentView::of(self, payment))
                 .collect(),
             total: paged.total,
-        }
+        })
     }
 
     #[must_use]
