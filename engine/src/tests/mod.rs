@@ -21,6 +21,7 @@ mod journal;
 mod memory;
 mod model;
 mod money_ops;
+mod payments_upgrade;
 mod refunds_reversals;
 mod replay;
 mod runtime_hardening;

@@ -43,13 +43,23 @@ pub(super) fn open(dir: &std::path::Path, clock: &Arc<SeededClock>) -> Engine {
 }
 
 pub(super) async fn wallet(engine: &Engine) -> WalletId {
+    owned_wallet(engine, OwnerType::Customer, 1, 1).await
+}
+
+/// A primary YER wallet of `owner_type` `owner_id` in business `business_id`.
+pub(super) async fn owned_wallet(
+    engine: &Engine,
+    owner_type: OwnerType,
+    owner_id: u64,
+    business_id: u64,
+) -> WalletId {
     let created = engine
         .execute(Command::CreateWallet(CreateWallet {
-            owner_type: OwnerType::Customer,
-            owner_id: 1,
+            owner_type,
+            owner_id,
             currency: Currency::from_code("YER").unwrap(),
             wallet_type: WalletType::Primary,
-            business_id: 1,
+            business_id,
             branch_id: 0,
             meta: None,
         }))
