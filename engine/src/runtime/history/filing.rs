@@ -405,3 +405,42 @@ impl Batch<'_> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{file_batch, ChainHeads, Filed};
+    use crate::runtime::history::{HistoryStore, StoreError};
+    use crate::shard::event::Event;
+    use crate::values::ids::{TransactionId, Uuid};
+
+    /// A change to a payment the store lacks is an error once the store files payments
+    /// (`payments_complete`): the indexer stops rather than lose it. Before (a store of an older
+    /// release, being upgraded by recovery) it is left to the recovery's filing from memory.
+    #[test]
+    fn a_change_to_a_payment_the_store_lacks_is_refused_once_payments_are_complete() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = HistoryStore::open(dir.path(), 1 << 20).unwrap();
+        let completed = || {
+            vec![Event::PaymentCompleted {
+                payment_uuid: Uuid([7; 16]),
+                merchant_transaction_id: TransactionId(1),
+                at_ms: 1,
+            }]
+        };
+        let mut heads = ChainHeads::default();
+        file_batch(&store, &[Filed::events(1, completed())], &mut heads).unwrap();
+        store.file_payments(std::iter::empty()).unwrap();
+        assert!(store.payments_complete().unwrap());
+        let refused = file_batch(&store, &[Filed::events(2, completed())], &mut heads);
+        assert!(
+            matches!(
+                refused,
+                Err(StoreError::Missing {
+                    what: "payment",
+                    ..
+                })
+            ),
+            "{refused:?}"
+        );
+    }
+}
