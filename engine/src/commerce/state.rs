@@ -24,6 +24,8 @@ pub(crate) struct Commerce {
     pub(crate) next_qr_seq: u64,
     pub(crate) next_payout_seq: u64,
     pub(crate) next_settlement_seq: u64,
+    /// The payments in memory: pending ones, and final ones until their latest change is filed
+    /// (in a shard with a store; see `Shard::evict_filed`). The store holds every one.
     pub(crate) payments: BTreeMap<Uuid, Payment>,
     pub(crate) links: BTreeMap<Uuid, PaymentLink>,
     pub(crate) qrs: BTreeMap<Uuid, QrCode>,

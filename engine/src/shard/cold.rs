@@ -1,7 +1,7 @@
 //! Where a shard finds the records that left its memory.
 //!
 //! Memory holds hot state only (ARCHITECTURE.md, invariant 10): balances, chain heads, counters,
-//! active holds, and the records the history indexer has not filed yet. Everything older is in the
+//! active holds, pending payments, and the records the history indexer has not filed yet. Everything older is in the
 //! history store, which the runtime lends the shard as a [`ColdHistory`]. Three modes
 //! ([`Recall`]):
 //!
