@@ -496,6 +496,150 @@ async fn assert_payments_match(engine: &Engine, dir: &std::path::Path, merchants
     let whole: Vec<_> = reference.iter().map(|s| s.fee_report(&range)).collect();
     assert_eq!(live, whole, "fee report");
     assert!(whole.iter().any(|rows| !rows.is_empty()), "fees collected");
+    assert_payouts_match(engine, &reference, merchants).await;
+}
+
+/// Creates a payout of `wallet` and takes it a seeded way through its life cycle: left pending,
+/// approved, rejected, cancelled, executed, then paid or failed.
+async fn payout_step(engine: &Engine, rng: &mut Rng, wallet: WalletId) {
+    use engine::shard::command::{CreatePayout, PayoutProviderResult};
+    let created = engine
+        .execute(Command::CreatePayout(CreatePayout {
+            wallet_id: wallet,
+            amount: rng.amount(),
+            currency: yer(),
+            payout_method: "bank".into(),
+            payout_destination: None,
+            description: None,
+            idempotency_key: None,
+            created_by: 1,
+        }))
+        .await
+        .unwrap();
+    let Outcome::Payout(payout) = created else {
+        panic!("{created:?}")
+    };
+    let payout_id = payout.id;
+    let fate = rng.below(7);
+    let mut steps = Vec::new();
+    match fate {
+        0 => {}
+        1 => steps.push(Command::RejectPayout {
+            payout_id,
+            by: 2,
+            reason: "no".into(),
+        }),
+        2 => steps.push(Command::CancelPayout { payout_id, by: 2 }),
+        _ => steps.push(Command::ApprovePayout {
+            payout_id,
+            by: 2,
+            notes: None,
+        }),
+    }
+    if fate >= 4 {
+        steps.push(Command::ExecutePayout { payout_id, by: 2 });
+    }
+    if fate >= 5 {
+        steps.push(Command::PayoutProviderResult(PayoutProviderResult {
+            payout_id,
+            succeeded: fate == 5,
+            provider_ref: None,
+        }));
+    }
+    for step in steps {
+        engine.execute(step).await.unwrap();
+    }
+}
+
+/// Every payout list and the payout report of every shard against the reference.
+async fn assert_payouts_match(engine: &Engine, reference: &[engine::Shard], wallets: &[WalletId]) {
+    use engine::commerce::payout::PayoutStatus;
+    use engine::shard::commerce::query::PayoutFilter;
+    use engine::shard::commerce::report::ReportRange;
+    let mut filters = vec![PayoutFilter::default()];
+    for status in [
+        PayoutStatus::Pending,
+        PayoutStatus::Approved,
+        PayoutStatus::Rejected,
+        PayoutStatus::Cancelled,
+        PayoutStatus::Executed,
+        PayoutStatus::Paid,
+        PayoutStatus::Failed,
+    ] {
+        filters.push(PayoutFilter {
+            status: Some(status),
+            ..PayoutFilter::default()
+        });
+    }
+    for &wallet in wallets {
+        filters.push(PayoutFilter {
+            wallet_id: Some(wallet),
+            business_id: Some(7),
+            ..PayoutFilter::default()
+        });
+    }
+    for filter in filters {
+        for (number, per_page) in [(1, 100), (2, 7)] {
+            let page = Page::new(number, per_page).unwrap();
+            let live = engine
+                .read_all(move |s| s.payouts_page(&filter, page).unwrap())
+                .await
+                .unwrap();
+            let whole: Vec<_> = reference
+                .iter()
+                .map(|s| s.payouts_page(&filter, page).unwrap())
+                .collect();
+            assert_eq!(live, whole, "{filter:?}, page {number} of {per_page}");
+        }
+    }
+    let range = ReportRange {
+        from_ms: 1_700_000_000_000,
+        to_ms: 1_800_000_000_000,
+        business_id: None,
+        currency: None,
+    };
+    let live = engine
+        .read_all(move |s| s.payout_report_checked(&range).unwrap())
+        .await
+        .unwrap();
+    let whole: Vec<_> = reference.iter().map(|s| s.payout_report(&range)).collect();
+    assert_eq!(live, whole, "payout report");
+}
+
+/// Payouts in the shards' memory, and how many of them are not final.
+async fn payouts_held(engine: &Engine) -> (usize, u64) {
+    use engine::commerce::payout::PayoutStatus;
+    use engine::shard::commerce::query::PayoutFilter;
+    let held: usize = engine
+        .read_all(|s| s.payouts_in_memory())
+        .await
+        .unwrap()
+        .into_iter()
+        .sum();
+    let open: u64 = engine
+        .read_all(|s| {
+            [
+                PayoutStatus::Pending,
+                PayoutStatus::Approved,
+                PayoutStatus::Executed,
+            ]
+            .into_iter()
+            .map(|status| {
+                let filter = PayoutFilter {
+                    status: Some(status),
+                    ..PayoutFilter::default()
+                };
+                s.payouts_page(&filter, Page::new(1, 1).unwrap())
+                    .unwrap()
+                    .total
+            })
+            .sum::<u64>()
+        })
+        .await
+        .unwrap()
+        .into_iter()
+        .sum();
+    (held, open)
 }
 
 /// Payments in the shards' memory, and how many of them are pending.
@@ -525,9 +669,10 @@ async fn payments_held(engine: &Engine) -> (usize, u64) {
     (held, pending)
 }
 
-/// Final payments leave memory once filed (issue 14): after a seeded mix of payments confirmed
-/// on one shard and across two, cancelled, failed, refunded in part and in whole, and left
-/// pending, only the pending ones stay in the shards; every payment list and the fee report
+/// Final payments and payouts leave memory once filed (issue 14): after a seeded mix of payments
+/// confirmed on one shard and across two, cancelled, failed, refunded in part and in whole, and
+/// left pending, and of payouts through every state, only pending payments and open payouts
+/// stay in the shards; every payment and payout list, the fee report and the payout report
 /// equal a whole-history reference, live and after a reopen; and a refund of a completed payment
 /// that left memory recalls it from the store, live and after a reopen.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -634,6 +779,9 @@ async fn final_payments_leave_memory_and_lists_equal_the_reference() {
                 assert!(error.to_string().contains("refund"), "{error}");
             }
         }
+        if step % 3 == 1 {
+            payout_step(&engine, &mut rng, merchant).await;
+        }
         if step % 16 == 0 {
             engine.evict_filed().await.unwrap();
         }
@@ -645,6 +793,12 @@ async fn final_payments_leave_memory_and_lists_equal_the_reference() {
     assert_eq!(
         held as u64, pending,
         "only pending payments stay in memory once filed"
+    );
+    let (held, unfinished) = payouts_held(&engine).await;
+    assert!(unfinished > 0, "some payouts stay open");
+    assert_eq!(
+        held as u64, unfinished,
+        "only open payouts stay in memory once filed"
     );
     assert_payments_match(&engine, dir.path(), &merchants).await;
 
@@ -675,6 +829,8 @@ async fn final_payments_leave_memory_and_lists_equal_the_reference() {
     let engine = open(dir.path(), clock.clone());
     let (held, pending) = payments_held(&engine).await;
     assert_eq!(held as u64, pending, "after reopen");
+    let (held, unfinished) = payouts_held(&engine).await;
+    assert_eq!(held as u64, unfinished, "open payouts after reopen");
     let mut status = None;
     for index in 0..engine.shard_count() {
         let found = engine

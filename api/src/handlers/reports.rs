@@ -156,9 +156,12 @@ pub async fn report(app: &SharedApp, call: &Call) -> Handled {
         }
         Op::GetPayoutReport => {
             let shards = engine
-                .read_all(move |s| s.payout_report(&range))
+                .read_all(move |s| s.payout_report_checked(&range))
                 .await
-                .map_err(engine_error)?;
+                .map_err(engine_error)?
+                .into_iter()
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|rejection| ApiError::from_rejection(&rejection))?;
             let rows = merge_status_rows(shards)
                 .into_iter()
                 .map(|row| StatusRowJson {

@@ -239,9 +239,13 @@ async fn deliver(app: &SharedApp, call: &Call, provider: &'static str) -> Handle
             let shard = shard_of(id.0, app.engine.shard_count());
             let target = app
                 .engine
-                .peek_shard(shard, move |s| s.payout(id).map(|p| (p.amount, p.currency)))
+                .peek_shard(shard, move |s| {
+                    s.payout(id)
+                        .map(|found| found.map(|p| (p.amount, p.currency)))
+                })
                 .await
-                .map_err(engine_error)?;
+                .map_err(engine_error)?
+                .map_err(|rejection| ApiError::from_rejection(&rejection))?;
             check_money(&event.data, target, "payout")?;
             Command::PayoutProviderResult(PayoutProviderResult {
                 payout_id: id,

@@ -29,6 +29,7 @@ pub(crate) struct Commerce {
     pub(crate) payments: BTreeMap<Uuid, Payment>,
     pub(crate) links: BTreeMap<Uuid, PaymentLink>,
     pub(crate) qrs: BTreeMap<Uuid, QrCode>,
+    /// The payouts in memory: open ones, and final ones until their latest change is filed.
     pub(crate) payouts: BTreeMap<PayoutId, Payout>,
     pub(crate) settlements: BTreeMap<SettlementId, Settlement>,
     /// Cross-shard payment steps this shard is the source of, by reservation uuid.

@@ -233,15 +233,15 @@ pub(crate) fn open(
         }
         Err(error) => return Err(history_error(&store_path, &error)),
     };
-    // A store written before payments were filed lacks those it covers: replay then keeps every
-    // payment in memory, and they are filed from there once replay is done (below).
-    let payments_filed = store
-        .payments_complete()
+    // A store written before payments and payouts were filed lacks those it covers: replay then
+    // keeps every one in memory, and they are filed from there once replay is done (below).
+    let commerce_filed = store
+        .commerce_complete()
         .and_then(|complete| Ok(complete || store.indexed_lsn()? == 0))
         .map_err(|e| history_error(&store_path, &e))?;
     let mut state = match archive {
         Some(_) => Replayed::empty(count)?,
-        None => Replayed::load_keeping(&dir, count, payments_filed)?,
+        None => Replayed::load_keeping(&dir, count, commerce_filed)?,
     };
     let mut filer = Filer::new(store.clone(), config.history.checkpoint_every)
         .map_err(|e| history_error(&store_path, &e))?;
@@ -340,25 +340,29 @@ pub(crate) fn open(
     // lacks went in with the flush above, and those an older snapshot carried before replay:
     // from here on every answer of the retention window is in the store, durably, and memory
     // holds hot keys only.
-    // Every payment the shards hold is their latest version; filed as it is, it completes a
-    // store written before payments were (once: the store is then marked complete). From here
-    // on final payments leave memory once filed.
+    // Every payment and payout the shards hold is their latest version; filed as it is, it
+    // completes a store written before they were (once: the store is then marked complete).
+    // From here on final ones leave memory once filed.
     if !store
-        .payments_complete()
+        .commerce_complete()
         .map_err(|e| history_error(&store_path, &e))?
     {
         store
-            .file_payments(
+            .file_commerce(
                 state
                     .shards
                     .iter()
                     .flat_map(|shard| shard.commerce.payments.values()),
+                state
+                    .shards
+                    .iter()
+                    .flat_map(|shard| shard.commerce.payouts.values()),
             )
             .map_err(|e| history_error(&store_path, &e))?;
-        tracing::info!("filed the payments of a store written before payments were filed");
+        tracing::info!("filed the payments and payouts of a store written before they were");
     }
     for shard in &mut state.shards {
-        shard.payments_leave = true;
+        shard.finals_leave = true;
     }
     filer
         .answers_complete()
@@ -579,19 +583,19 @@ impl Replayed {
         Self::load_keeping(dir, count, true)
     }
 
-    /// As [`Replayed::load`]; `payments_filed` false keeps every payment in memory (the store
-    /// does not hold them yet).
+    /// As [`Replayed::load`]; `commerce_filed` false keeps every payment and payout in memory
+    /// (the store does not hold them yet).
     pub fn load_keeping(
         dir: &std::path::Path,
         count: u32,
-        payments_filed: bool,
+        commerce_filed: bool,
     ) -> Result<Self, OpenError> {
         let snapshot = wal::snapshot::load_newest(&wal::fs::StdFs, dir)?;
         let table = IdempotencyTable::new();
         let Some(found) = snapshot else {
             let mut empty = Self::empty(count)?;
             for shard in &mut empty.shards {
-                shard.payments_leave = payments_filed;
+                shard.finals_leave = commerce_filed;
             }
             return Ok(empty);
         };
@@ -623,7 +627,7 @@ impl Replayed {
             .map(|(lsn, mut shard)| {
                 // Replay keeps hot state only: what the snapshot holds of history is filed.
                 shard.set_recall(Recall::Replay);
-                shard.payments_leave = payments_filed;
+                shard.finals_leave = commerce_filed;
                 shard.evict_all();
                 (shard, lsn)
             })

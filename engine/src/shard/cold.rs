@@ -1,9 +1,9 @@
 //! Where a shard finds the records that left its memory.
 //!
 //! Memory holds hot state only (ARCHITECTURE.md, invariant 10): balances, chain heads, counters,
-//! active holds, pending payments, and the records the history indexer has not filed yet. Everything older is in the
-//! history store, which the runtime lends the shard as a [`ColdHistory`]. Three modes
-//! ([`Recall`]):
+//! active holds, pending payments, open payouts, and the records the history indexer has not filed
+//! yet. Everything older is in the history store, which the runtime lends the shard as a
+//! [`ColdHistory`]. Three modes ([`Recall`]):
 //!
 //! * **`Keep`**: a shard with no store (tests, benches, tools): nothing ever leaves memory, and
 //!   the shard behaves exactly as a whole-history state machine.
@@ -21,10 +21,11 @@ use std::fmt;
 use std::sync::Arc;
 
 use crate::commerce::payment::Payment;
+use crate::commerce::payout::Payout;
 use crate::ledger::hold::Hold;
 use crate::ledger::transaction::{Hash, LedgerEntry, Transaction};
 use crate::values::error::Rejection;
-use crate::values::ids::{EntryId, HoldId, TransactionId, Uuid, WalletId};
+use crate::values::ids::{EntryId, HoldId, PayoutId, TransactionId, Uuid, WalletId};
 
 /// A failed read of the store; the command is refused as unavailable.
 pub type ColdResult<T> = Result<T, String>;
@@ -65,6 +66,14 @@ pub trait ColdHistory: Send + Sync {
         from_ms: i64,
         to_ms: i64,
         visit: &mut dyn FnMut(&Payment) -> bool,
+    ) -> ColdResult<()>;
+    /// The filed payout with this id.
+    fn payout(&self, id: PayoutId) -> ColdResult<Option<Payout>>;
+    /// Every filed payout of `wallet`, oldest first, until `visit` returns false.
+    fn for_each_payout(
+        &self,
+        wallet: WalletId,
+        visit: &mut dyn FnMut(&Payout) -> bool,
     ) -> ColdResult<()>;
 }
 

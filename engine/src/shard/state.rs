@@ -56,7 +56,7 @@ use crate::shard::cold::{unavailable, ColdHistory, ColdResult, Recall};
 use crate::shard::command::{paginate, Page, Paged};
 use crate::values::currency::Currency;
 use crate::values::error::Rejection;
-use crate::values::ids::{EntryId, HoldId, IdSpace, TransactionId, Uuid, WalletId};
+use crate::values::ids::{EntryId, HoldId, IdSpace, PayoutId, TransactionId, Uuid, WalletId};
 
 /// Target resident bytes of an idle wallet, including its index slots.
 pub const IDLE_WALLET_BYTES_BUDGET: usize = 200;
@@ -127,10 +127,14 @@ pub struct Shard {
     pub(crate) payment_stamps: HashMap<Uuid, u64>,
     /// Payments that changed, by the stamp of the change, oldest first (see `touched`).
     pub(crate) touched_payments: VecDeque<(u64, Uuid)>,
-    /// Whether payments that are no longer pending leave memory once filed: false only while
-    /// recovery replays for a store written before payments were filed (they are filed from
-    /// memory afterwards, see `recovery`).
-    pub(crate) payments_leave: bool,
+    /// Payouts in memory by the stamp of their last change (absent: loaded, stamp 0).
+    pub(crate) payout_stamps: HashMap<PayoutId, u64>,
+    /// Payouts that changed, by the stamp of the change, oldest first (see `touched`).
+    pub(crate) touched_payouts: VecDeque<(u64, PayoutId)>,
+    /// Whether final payments and payouts leave memory once filed: false only while recovery
+    /// replays for a store written before they were filed (they are filed from memory
+    /// afterwards, see `recovery`).
+    pub(crate) finals_leave: bool,
 }
 
 impl Shard {
@@ -158,7 +162,9 @@ impl Shard {
             touched: VecDeque::new(),
             payment_stamps: HashMap::new(),
             touched_payments: VecDeque::new(),
-            payments_leave: true,
+            payout_stamps: HashMap::new(),
+            touched_payouts: VecDeque::new(),
+            finals_leave: true,
         }
     }
 
@@ -477,12 +483,55 @@ impl Shard {
             self.touched_payments.pop_front();
             gone += self.evict_payment(uuid, filed);
         }
+        while let Some(&(stamp, id)) = self.touched_payouts.front() {
+            if stamp > filed {
+                break;
+            }
+            self.touched_payouts.pop_front();
+            gone += self.evict_payout(id, filed);
+        }
         gone
+    }
+
+    /// Drops payout `id` if it is final and its last change is filed, with its hold's entry in
+    /// the payout hold index (its hold is closed: nothing else may close it anyway).
+    fn evict_payout(&mut self, id: PayoutId, filed: u64) -> usize {
+        if !self.finals_leave || self.payout_stamps.get(&id).is_some_and(|&at| at > filed) {
+            return 0;
+        }
+        let Some(payout) = self
+            .commerce
+            .payouts
+            .get(&id)
+            .filter(|payout| payout.may_leave_memory())
+        else {
+            return 0;
+        };
+        self.index.commerce.payout_holds.remove(&payout.hold_id);
+        self.commerce.payouts.remove(&id);
+        self.payout_stamps.remove(&id);
+        1
+    }
+
+    /// Notes that payout `id` changed under the current command.
+    pub(crate) fn touch_payout(&mut self, id: PayoutId) {
+        if self.recall.evicts() {
+            self.payout_stamps.insert(id, self.stamp);
+            if self.touched_payouts.back() != Some(&(self.stamp, id)) {
+                self.touched_payouts.push_back((self.stamp, id));
+            }
+        }
+    }
+
+    /// Payouts held in memory.
+    #[must_use]
+    pub fn payouts_in_memory(&self) -> usize {
+        self.commerce.payouts.len()
     }
 
     /// Drops payment `uuid` if it may leave memory and its last change is filed.
     fn evict_payment(&mut self, uuid: Uuid, filed: u64) -> usize {
-        if !self.payments_leave
+        if !self.finals_leave
             || self.payment_stamps.get(&uuid).is_some_and(|&at| at > filed)
             || !self
                 .commerce
@@ -521,11 +570,17 @@ impl Shard {
         }
         self.touched.clear();
         self.touched_payments.clear();
+        self.touched_payouts.clear();
         let payments: Vec<Uuid> = self.commerce.payments.keys().copied().collect();
+        let payouts: Vec<PayoutId> = self.commerce.payouts.keys().copied().collect();
         let payments_gone: usize = payments
             .into_iter()
             .map(|uuid| self.evict_payment(uuid, u64::MAX))
-            .sum();
+            .sum::<usize>()
+            + payouts
+                .into_iter()
+                .map(|id| self.evict_payout(id, u64::MAX))
+                .sum::<usize>();
         let ids: Vec<WalletId> = self
             .wallets
             .iter()

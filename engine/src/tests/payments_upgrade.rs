@@ -1,6 +1,7 @@
-//! A history store written before payments were filed (it has no `payments_complete`): recovery
-//! keeps every payment in memory while it replays, files them, and only then lets final ones
-//! leave, so no payment is lost and a refund of an older completed payment still works.
+//! A history store written before payments and payouts were filed (it has no
+//! `commerce_complete`): recovery keeps every one in memory while it replays, files them, and
+//! only then lets final ones leave, so none is lost and a refund of an older completed payment
+//! still works.
 
 use std::sync::Arc;
 
@@ -10,7 +11,7 @@ use super::runtime_hardening::{open, owned_wallet, wallet, START_MS};
 use crate::commerce::payment::{PaymentProvider, PaymentStatus};
 use crate::ledger::wallet::OwnerType;
 use crate::runtime::clock::SeededClock;
-use crate::runtime::history::store::PAYMENTS_COMPLETE;
+use crate::runtime::history::store::COMMERCE_COMPLETE;
 use crate::runtime::history::{HistoryStore, STORE_DIR};
 use crate::shard::command::{Details, InitiatePayment, MoneyMove, RefundPayment};
 use crate::shard::commerce::query::PaymentFilter;
@@ -45,7 +46,7 @@ async fn pay(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn payments_missing_from_an_older_store_are_filed_from_memory_on_open() {
+async fn payments_and_payouts_missing_from_an_older_store_are_filed_from_memory_on_open() {
     let dir = tempfile::tempdir().unwrap();
     let clock = Arc::new(SeededClock::new(8, START_MS));
     let engine = open(dir.path(), &clock);
@@ -75,6 +76,29 @@ async fn payments_missing_from_an_older_store_are_filed_from_memory_on_open() {
         .await
         .unwrap();
     let pending = pay(&engine, merchant, payer).await;
+    let payout = engine
+        .execute(Command::CreatePayout(crate::shard::command::CreatePayout {
+            wallet_id: payer,
+            amount: Decimal::from(1),
+            currency: Currency::from_code("YER").unwrap(),
+            payout_method: "bank".into(),
+            payout_destination: None,
+            description: None,
+            idempotency_key: None,
+            created_by: 1,
+        }))
+        .await
+        .unwrap();
+    let Outcome::Payout(payout) = payout else {
+        panic!("{payout:?}")
+    };
+    engine
+        .execute(Command::CancelPayout {
+            payout_id: payout.id,
+            by: 1,
+        })
+        .await
+        .unwrap();
     let listed = |engine: &crate::runtime::Engine| {
         let engine = engine.clone();
         async move {
@@ -96,12 +120,18 @@ async fn payments_missing_from_an_older_store_are_filed_from_memory_on_open() {
     store
         .with(|open| {
             let mut writes = open.db.batch();
-            for keyspace in [&open.payments, &open.merchant_payments, &open.payment_times] {
+            for keyspace in [
+                &open.payments,
+                &open.merchant_payments,
+                &open.payment_times,
+                &open.payouts,
+                &open.wallet_payouts,
+            ] {
                 for item in keyspace.iter() {
                     writes.remove(keyspace, item.key()?.to_vec());
                 }
             }
-            writes.remove(&open.meta, PAYMENTS_COMPLETE);
+            writes.remove(&open.meta, COMMERCE_COMPLETE);
             writes.commit()?;
             Ok(())
         })
@@ -113,11 +143,12 @@ async fn payments_missing_from_an_older_store_are_filed_from_memory_on_open() {
 
     let engine = open(dir.path(), &clock);
     let store = engine.history().store();
-    assert!(store.payments_complete().unwrap(), "marked once filed");
+    assert!(store.commerce_complete().unwrap(), "marked once filed");
     for uuid in [completed, cancelled, pending] {
         assert!(store.payment(uuid).unwrap().is_some(), "{uuid} filed");
     }
     assert_eq!(listed(&engine).await, before, "no payment lost");
+    assert!(store.payout(payout.id).unwrap().is_some(), "payout filed");
     engine.evict_filed().await.unwrap();
     let held: usize = engine
         .read_all(|s| s.payments_in_memory())
@@ -126,6 +157,13 @@ async fn payments_missing_from_an_older_store_are_filed_from_memory_on_open() {
         .into_iter()
         .sum();
     assert_eq!(held, 1, "only the pending payment stays in memory");
+    let payouts: usize = engine
+        .read_all(|s| s.payouts_in_memory())
+        .await
+        .unwrap()
+        .into_iter()
+        .sum();
+    assert_eq!(payouts, 0, "the cancelled payout left memory");
     let refunded = engine
         .execute(Command::RefundPayment(RefundPayment {
             payment_uuid: completed,

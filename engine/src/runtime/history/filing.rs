@@ -18,10 +18,11 @@ use serde::Serialize;
 use super::answers::file_answer;
 use super::pages::{directory_key, starts_block, Paged};
 use super::store::{
-    counts_in, decode, encode, key2, key3, payment_writes, time_key, HistoryStore, Open,
-    StoreError, INDEXED_LSN, PAYMENTS_COMPLETE,
+    counts_in, decode, encode, key2, key3, payment_writes, payout_writes, time_key, HistoryStore,
+    Open, StoreError, Write, COMMERCE_COMPLETE, INDEXED_LSN,
 };
 use crate::commerce::payment::Payment;
+use crate::commerce::payout::Payout;
 use crate::ledger::hold::Hold;
 use crate::ledger::transaction::{Hash, LedgerEntry, Transaction};
 use crate::runtime::journal::IdempotencyRecord;
@@ -127,6 +128,8 @@ enum Kind {
     Hold,
     /// Keyed by the payment's uuid.
     Payment,
+    /// Keyed by `key2(payout id, 0)`.
+    Payout,
 }
 
 struct Batch<'a> {
@@ -155,6 +158,7 @@ impl Batch<'_> {
             Kind::Entry => &self.open.entries,
             Kind::Hold => &self.open.holds,
             Kind::Payment => &self.open.payments,
+            Kind::Payout => &self.open.payouts,
         }
     }
 
@@ -321,7 +325,10 @@ impl Batch<'_> {
                     .map_err(|reason| rule("hold", key, reason))?;
                 self.put(Kind::Hold, key2(key.0, key.1), &hold)?;
             }
-            Event::PaymentInitiated(payment) => self.file_payment(payment, true)?,
+            Event::PaymentInitiated(payment) => {
+                let writes = payment_writes(self.open, payment, true)?;
+                self.file_record(Kind::Payment, payment.uuid.0, writes);
+            }
             Event::PaymentCompleted {
                 payment_uuid,
                 merchant_transaction_id,
@@ -341,50 +348,85 @@ impl Batch<'_> {
             } => self.change_payment(*payment_uuid, |payment| {
                 payment.set_refunded(*refunded_amount, *at_ms)
             })?,
+            Event::PayoutCreated(payout) => {
+                let writes = payout_writes(self.open, payout, true)?;
+                self.file_record(Kind::Payout, key2(payout.id.0, 0), writes);
+            }
+            Event::PayoutChanged {
+                payout_id,
+                change,
+                at_ms,
+            } => {
+                let key = payout_id.0.to_be_bytes();
+                let changed: Option<Payout> = self.change_filed(
+                    (Kind::Payout, key2(payout_id.0, 0)),
+                    &key,
+                    "payout",
+                    |payout: &mut Payout| payout.apply_change(change, *at_ms),
+                )?;
+                if let Some(payout) = changed {
+                    let writes = payout_writes(self.open, &payout, false)?;
+                    self.file_record(Kind::Payout, key2(payout_id.0, 0), writes);
+                }
+            }
             _ => {}
         }
         Ok(())
     }
 
-    /// Writes `payment` (and its indexes; `new`: the merchant index too).
-    fn file_payment(&mut self, payment: &Payment, new: bool) -> Result<(), StoreError> {
-        for (keyspace, key, value) in payment_writes(self.open, payment, new)? {
-            if std::ptr::eq(keyspace, &self.open.payments) {
-                if let Ok(uuid) = <[u8; 16]>::try_from(key.as_slice()) {
-                    self.overlay
-                        .insert((Kind::Payment, uuid), fjall::Slice::from(value.clone()));
-                }
+    /// Writes a payment's or payout's `writes` (the record first, then its indexes), the record
+    /// also into the overlay under `key`.
+    fn file_record(&mut self, kind: Kind, key: [u8; 16], writes: Vec<Write<'_>>) {
+        for (index, (keyspace, at, value)) in writes.into_iter().enumerate() {
+            if index == 0 {
+                self.overlay
+                    .insert((kind, key), fjall::Slice::from(value.clone()));
             }
-            self.writes.insert(keyspace, key, value);
+            self.writes.insert(keyspace, at, value);
         }
-        Ok(())
     }
 
-    /// Changes a filed payment through `change` and files it again. A payment the store lacks
-    /// is an error, except in a store written before payments were filed (no
-    /// `payments_complete` yet): recovery then files the shards' own copy.
     fn change_payment(
         &mut self,
         uuid: crate::values::ids::Uuid,
         change: impl FnOnce(&mut Payment) -> Result<(), &'static str>,
     ) -> Result<(), StoreError> {
-        let found = match self.overlay.get(&(Kind::Payment, uuid.0)) {
+        let changed = self.change_filed((Kind::Payment, uuid.0), &uuid.0, "payment", change)?;
+        if let Some(payment) = changed {
+            let writes = payment_writes(self.open, &payment, false)?;
+            self.file_record(Kind::Payment, uuid.0, writes);
+        }
+        Ok(())
+    }
+
+    /// A filed payment or payout (`overlay`: its place in the overlay; `key`: in its keyspace)
+    /// changed through `change`, to file again. One the store lacks is an error, except in a
+    /// store written before they were filed (no `commerce_complete` yet): recovery then files
+    /// the shards' own copy, and this answers `None`.
+    fn change_filed<T: DeserializeOwned>(
+        &self,
+        overlay: (Kind, [u8; 16]),
+        key: &[u8],
+        what: &'static str,
+        change: impl FnOnce(&mut T) -> Result<(), &'static str>,
+    ) -> Result<Option<T>, StoreError> {
+        let found = match self.overlay.get(&overlay) {
             Some(value) => Some(value.clone()),
-            None => self.open.payments.get(uuid.0)?,
+            None => self.keyspace(overlay.0).get(key)?,
         };
         let Some(bytes) = found else {
-            if self.open.meta.get(PAYMENTS_COMPLETE)?.is_none() {
-                return Ok(());
+            if self.open.meta.get(COMMERCE_COMPLETE)?.is_none() {
+                return Ok(None);
             }
             return Err(StoreError::Missing {
-                what: "payment",
-                key: uuid.to_string(),
+                what,
+                key: hex::encode(key),
             });
         };
-        let mut payment: Payment = decode("payment", &uuid.0, &bytes)?;
-        change(&mut payment)
-            .map_err(|reason| StoreError::Rule(format!("payment {uuid}: {reason}")))?;
-        self.file_payment(&payment, false)
+        let mut record: T = decode(what, key, &bytes)?;
+        change(&mut record)
+            .map_err(|reason| StoreError::Rule(format!("{what} {}: {reason}", hex::encode(key))))?;
+        Ok(Some(record))
     }
 
     /// The hash of a wallet's newest entry in the store, zero when it has none. Only asked when
@@ -414,7 +456,7 @@ mod tests {
     use crate::values::ids::{TransactionId, Uuid};
 
     /// A change to a payment the store lacks is an error once the store files payments
-    /// (`payments_complete`): the indexer stops rather than lose it. Before (a store of an older
+    /// (`commerce_complete`): the indexer stops rather than lose it. Before (a store of an older
     /// release, being upgraded by recovery) it is left to the recovery's filing from memory.
     #[test]
     fn a_change_to_a_payment_the_store_lacks_is_refused_once_payments_are_complete() {
@@ -429,8 +471,10 @@ mod tests {
         };
         let mut heads = ChainHeads::default();
         file_batch(&store, &[Filed::events(1, completed())], &mut heads).unwrap();
-        store.file_payments(std::iter::empty()).unwrap();
-        assert!(store.payments_complete().unwrap());
+        store
+            .file_commerce(std::iter::empty(), std::iter::empty())
+            .unwrap();
+        assert!(store.commerce_complete().unwrap());
         let refused = file_batch(&store, &[Filed::events(2, completed())], &mut heads);
         assert!(
             matches!(

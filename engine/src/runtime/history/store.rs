@@ -23,7 +23,9 @@
 //! payments      uuid                            -> Payment
 //! merchant_payments  merchant wallet | payment id -> uuid      a merchant's payments, oldest first
 //! payment_times completed_at | payment id       -> uuid          completed payments by date (fees)
-//! meta          "payments_complete"             -> ()            every payment is filed
+//! payouts       payout id                       -> Payout
+//! wallet_payouts wallet | payout id             -> ()            a wallet's payouts, oldest first
+//! meta          "commerce_complete"             -> ()            every payment and payout is filed
 //! ```
 //!
 //! An entry is stored with the hash of the entry before it, so a page of the statement shows each
@@ -46,19 +48,20 @@ use serde::Serialize;
 
 use super::pages::{newest_first_raw, Paged};
 use crate::commerce::payment::Payment;
+use crate::commerce::payout::Payout;
 use crate::ledger::hold::Hold;
 use crate::ledger::transaction::{Hash, LedgerEntry, Transaction};
 use crate::shard::cold::ColdResult;
-use crate::values::ids::{EntryId, HoldId, TransactionId, Uuid, WalletId};
+use crate::values::ids::{EntryId, HoldId, PayoutId, TransactionId, Uuid, WalletId};
 
 /// First byte of every stored value; a new layout takes a new number and keeps a reader for the
 /// old one.
 pub const VALUE_FORMAT: u8 = 1;
 
 pub(crate) const INDEXED_LSN: &[u8] = b"indexed_lsn";
-/// Present once every payment of the log is filed (absent: a store written before payments were,
-/// completed by recovery from the shards' memory).
-pub(crate) const PAYMENTS_COMPLETE: &[u8] = b"payments_complete";
+/// Present once every payment and payout of the log is filed (absent: a store written before they
+/// were, completed by recovery from the shards' memory).
+pub(crate) const COMMERCE_COMPLETE: &[u8] = b"commerce_complete";
 
 /// The store's directory in a data directory.
 pub const STORE_DIR: &str = "history";
@@ -202,11 +205,13 @@ pub(crate) struct Open {
     pub(crate) payments: fjall::Keyspace,
     pub(crate) merchant_payments: fjall::Keyspace,
     pub(crate) payment_times: fjall::Keyspace,
+    pub(crate) payouts: fjall::Keyspace,
+    pub(crate) wallet_payouts: fjall::Keyspace,
 }
 
 impl Open {
     /// Every keyspace with the memtable size at which the indexer seals it.
-    fn keyspaces(&self) -> [(&fjall::Keyspace, u64); 14] {
+    fn keyspaces(&self) -> [(&fjall::Keyspace, u64); 16] {
         const LARGE: u64 = 16 << 20;
         const SMALL: u64 = 8 << 20;
         [
@@ -224,6 +229,8 @@ impl Open {
             (&self.payments, LARGE),
             (&self.merchant_payments, SMALL),
             (&self.payment_times, SMALL),
+            (&self.payouts, SMALL),
+            (&self.wallet_payouts, SMALL),
         ]
     }
 }
@@ -292,6 +299,8 @@ impl HistoryStore {
             payments: keyspace("payments")?,
             merchant_payments: keyspace("merchant_payments")?,
             payment_times: keyspace("payment_times")?,
+            payouts: keyspace("payouts")?,
+            wallet_payouts: keyspace("wallet_payouts")?,
             db,
         };
         super::pages::complete_directory(&open)?;
@@ -610,17 +619,47 @@ impl HistoryStore {
         self.with(|open| payments_by(open, open.payment_times.range(low..=high), visit))
     }
 
-    /// Whether every payment of the log is filed: a store written before payments were lacks
-    /// them until recovery files the shards' payments ([`HistoryStore::file_payments`]).
-    pub fn payments_complete(&self) -> Result<bool, StoreError> {
-        self.with(|open| Ok(open.meta.get(PAYMENTS_COMPLETE)?.is_some()))
+    /// The payout with this id.
+    pub fn payout(&self, id: PayoutId) -> Result<Option<Payout>, StoreError> {
+        self.with(|open| get(&open.payouts, id.0.to_be_bytes(), "payout"))
     }
 
-    /// Files `payments` as they are (the shards' latest versions) and marks the store's
-    /// payments complete, in one write batch. Not durable by itself.
-    pub fn file_payments<'a>(
+    /// Visits every payout of wallet `wallet`, oldest first, until `visit` returns false.
+    pub fn for_each_payout(
+        &self,
+        wallet: WalletId,
+        visit: &mut dyn FnMut(&Payout) -> bool,
+    ) -> Result<(), StoreError> {
+        let w = wallet.0;
+        self.with(|open| {
+            for guard in open.wallet_payouts.range(key2(w, 0)..=key2(w, u64::MAX)) {
+                let key = guard.key()?;
+                let [_, id] = numbers::<2>("wallet payout", &key)?;
+                let payout: Payout =
+                    get(&open.payouts, id.to_be_bytes(), "payout")?.ok_or(StoreError::Missing {
+                        what: "payout",
+                        key: id.to_string(),
+                    })?;
+                if !visit(&payout) {
+                    break;
+                }
+            }
+            Ok(())
+        })
+    }
+
+    /// Whether every payment and payout of the log is filed: a store written before they were
+    /// lacks them until recovery files the shards' ([`HistoryStore::file_commerce`]).
+    pub fn commerce_complete(&self) -> Result<bool, StoreError> {
+        self.with(|open| Ok(open.meta.get(COMMERCE_COMPLETE)?.is_some()))
+    }
+
+    /// Files `payments` and `payouts` as they are (the shards' latest versions) and marks the
+    /// store complete, in one write batch. Not durable by itself.
+    pub fn file_commerce<'a>(
         &self,
         payments: impl Iterator<Item = &'a Payment>,
+        payouts: impl Iterator<Item = &'a Payout>,
     ) -> Result<(), StoreError> {
         self.with(|open| {
             let mut writes = open.db.batch();
@@ -629,7 +668,12 @@ impl HistoryStore {
                     writes.insert(keyspace, key, value);
                 }
             }
-            writes.insert(&open.meta, PAYMENTS_COMPLETE, Vec::new());
+            for payout in payouts {
+                for (keyspace, key, value) in payout_writes(open, payout, true)? {
+                    writes.insert(keyspace, key, value);
+                }
+            }
+            writes.insert(&open.meta, COMMERCE_COMPLETE, Vec::new());
             writes.commit()?;
             Ok(())
         })
@@ -704,6 +748,24 @@ pub(crate) fn payment_writes<'a>(
     {
         let key = key2(time_key(at), payment.id.0);
         writes.push((&open.payment_times, key.to_vec(), uuid));
+    }
+    Ok(writes)
+}
+
+/// What filing `payout` writes: the record and (`new`) its wallet index.
+pub(crate) fn payout_writes<'a>(
+    open: &'a Open,
+    payout: &Payout,
+    new: bool,
+) -> Result<Vec<Write<'a>>, StoreError> {
+    let mut writes = vec![(
+        &open.payouts,
+        payout.id.0.to_be_bytes().to_vec(),
+        encode(payout)?,
+    )];
+    if new {
+        let key = key2(payout.wallet_id.0, payout.id.0);
+        writes.push((&open.wallet_payouts, key.to_vec(), Vec::new()));
     }
     Ok(writes)
 }
@@ -808,6 +870,18 @@ impl crate::shard::cold::ColdHistory for HistoryStore {
     ) -> ColdResult<()> {
         HistoryStore::for_each_completed_payment(self, from_ms, to_ms, visit)
             .map_err(|e| e.to_string())
+    }
+
+    fn payout(&self, id: PayoutId) -> ColdResult<Option<Payout>> {
+        HistoryStore::payout(self, id).map_err(|e| e.to_string())
+    }
+
+    fn for_each_payout(
+        &self,
+        wallet: WalletId,
+        visit: &mut dyn FnMut(&Payout) -> bool,
+    ) -> ColdResult<()> {
+        HistoryStore::for_each_payout(self, wallet, visit).map_err(|e| e.to_string())
     }
 
     fn for_each_entry(

@@ -8,9 +8,7 @@ use crate::commerce::payment::{
     IncomingPaymentCredit, Payment, PaymentLink, PaymentMoveKind, PaymentReservation,
     PaymentStatus, QrCode, RefusedPaymentCredit,
 };
-use crate::commerce::payout::{
-    Payout, PayoutAttempt, PayoutAttemptStatus, PayoutChange, Settlement, SettlementChange, Stamp,
-};
+use crate::commerce::payout::{Payout, PayoutChange, Settlement, SettlementChange, Stamp};
 use crate::ledger::hold::HoldStatus;
 use crate::ledger::transfer::TransferState;
 use crate::shard::cold::Recall;
@@ -386,6 +384,7 @@ impl Shard {
             .payout_holds
             .insert(payout.hold_id, payout.id);
         self.commerce.payouts.insert(payout.id, payout.clone());
+        self.touch_payout(payout.id);
         self.commerce.next_payout_seq = next;
         Ok(())
     }
@@ -429,68 +428,15 @@ impl Shard {
                 id,
             ));
         }
+        self.touch_payout(payout_id);
         let payout = self
             .commerce
             .payouts
             .get_mut(&payout_id)
             .ok_or(ApplyError::new("unknown payout", id))?;
-        payout.status = next;
-        payout.updated_at_ms = at_ms;
-        match change {
-            PayoutChange::Approved { by, notes } => {
-                payout.approved = Some(Stamp { by: *by, at_ms });
-                payout.approval_notes.clone_from(notes);
-            }
-            PayoutChange::Rejected { by, reason } => {
-                payout.rejected = Some(Stamp { by: *by, at_ms });
-                payout.rejection_reason = Some(reason.clone());
-            }
-            PayoutChange::Cancelled { by } => payout.cancelled = Some(Stamp { by: *by, at_ms }),
-            PayoutChange::Executed { by, transaction_id } => {
-                payout.executed = Some(Stamp { by: *by, at_ms });
-                payout.transaction_id = Some(*transaction_id);
-                let number = u32::try_from(payout.attempts.len())
-                    .unwrap_or(u32::MAX)
-                    .saturating_add(1);
-                // Our reference for the provider, until its result brings its own; derived from
-                // stored state, so replay derives the same one.
-                let provider_ref = format!("po_{}_{number}", payout.uuid).into_boxed_str();
-                payout.attempts.push(PayoutAttempt {
-                    number,
-                    status: PayoutAttemptStatus::Submitted,
-                    submitted_at_ms: at_ms,
-                    completed_at_ms: None,
-                    provider_ref: Some(provider_ref),
-                });
-            }
-            PayoutChange::Paid { provider_ref } | PayoutChange::Failed { provider_ref, .. } => {
-                let succeeded = matches!(change, PayoutChange::Paid { .. });
-                if succeeded {
-                    payout.paid_at_ms = Some(at_ms);
-                } else {
-                    payout.failed_at_ms = Some(at_ms);
-                }
-                if let PayoutChange::Failed {
-                    return_transaction_id,
-                    ..
-                } = change
-                {
-                    payout.return_transaction_id = Some(*return_transaction_id);
-                }
-                if let Some(attempt) = payout.attempts.last_mut() {
-                    attempt.status = if succeeded {
-                        PayoutAttemptStatus::Succeeded
-                    } else {
-                        PayoutAttemptStatus::Failed
-                    };
-                    attempt.completed_at_ms = Some(at_ms);
-                    if provider_ref.is_some() {
-                        attempt.provider_ref.clone_from(provider_ref);
-                    }
-                }
-            }
-        }
-        Ok(())
+        payout
+            .apply_change(change, at_ms)
+            .map_err(|reason| ApplyError::new(reason, id))
     }
 
     fn apply_settlement_created(&mut self, settlement: &Settlement) -> Result<(), ApplyError> {

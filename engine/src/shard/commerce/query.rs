@@ -14,7 +14,8 @@ use crate::commerce::payout::{Payout, PayoutStatus, Settlement, SettlementStatus
 use crate::commerce::view::{PaymentLinkView, PaymentView, PayoutView, QrView, SettlementView};
 use crate::ledger::transfer::TransferState;
 use crate::ledger::view::{TransactionView, WalletView};
-use crate::ledger::wallet::OwnerType;
+use crate::ledger::wallet::{OwnerType, Wallet};
+use crate::shard::cold::{ColdHistory, ColdResult};
 use crate::shard::command::{paginate, Page, Paged};
 use crate::shard::state::Shard;
 use crate::values::error::Rejection;
@@ -75,30 +76,49 @@ impl Shard {
     /// merged, memory's version winning), in no particular order, until `visit` returns false.
     pub fn for_each_payment(
         &self,
-        wanted: impl Fn(&crate::ledger::wallet::Wallet) -> bool,
-        mut visit: impl FnMut(&Payment) -> bool,
+        wanted: impl Fn(&Wallet) -> bool,
+        visit: impl FnMut(&Payment) -> bool,
     ) -> Result<(), Rejection> {
-        let mut going = true;
-        for payment in self.commerce.payments.values() {
-            if !going {
+        self.for_each_merged(
+            self.commerce.payments.values(),
+            (
+                |payment: &Payment| payment.merchant_wallet_id,
+                |payment: &Payment| self.commerce.payments.contains_key(&payment.uuid),
+            ),
+            wanted,
+            |store, wallet, visit| store.for_each_payment(wallet, visit),
+            visit,
+        )
+    }
+
+    /// Records of this shard's wallets that `wanted` accepts: those in memory (`hot`), then
+    /// each wanted wallet's filed ones (`filed`) that memory does not hold, until `visit`
+    /// returns false. `(wallet_of, held)`: a record's wallet, and whether memory holds it.
+    fn for_each_merged<'a, T: 'a>(
+        &self,
+        hot: impl Iterator<Item = &'a T>,
+        (wallet_of, held): (impl Fn(&T) -> WalletId, impl Fn(&T) -> bool),
+        wanted: impl Fn(&Wallet) -> bool,
+        filed: impl Fn(&dyn ColdHistory, WalletId, &mut dyn FnMut(&T) -> bool) -> ColdResult<()>,
+        mut visit: impl FnMut(&T) -> bool,
+    ) -> Result<(), Rejection> {
+        for record in hot {
+            if self.wallet(wallet_of(record)).is_some_and(&wanted) && !visit(record) {
                 return Ok(());
-            }
-            if self.wallet(payment.merchant_wallet_id).is_some_and(&wanted) {
-                going = visit(payment);
             }
         }
         let Some(store) = self.recall.store() else {
             return Ok(());
         };
+        let mut going = true;
         for wallet in self.wallets.iter().filter(|w| !w.is_system() && wanted(w)) {
-            store
-                .for_each_payment(wallet.id(), &mut |filed| {
-                    if !self.commerce.payments.contains_key(&filed.uuid) {
-                        going = visit(filed);
-                    }
-                    going
-                })
-                .map_err(|e| crate::shard::cold::unavailable(&e))?;
+            filed(store, wallet.id(), &mut |record| {
+                if !held(record) {
+                    going = visit(record);
+                }
+                going
+            })
+            .map_err(|e| crate::shard::cold::unavailable(&e))?;
             if !going {
                 break;
             }
@@ -163,35 +183,72 @@ impl Shard {
             .ok_or(Rejection::NotFound("qr"))
     }
 
-    #[must_use]
-    pub fn payout(&self, payout_id: PayoutId) -> Option<&Payout> {
-        self.commerce.payouts.get(&payout_id)
+    /// The payout with this id, if on this shard: in memory or, once it left, in the store.
+    pub fn payout(&self, payout_id: PayoutId) -> Result<Option<Cow<'_, Payout>>, Rejection> {
+        let found = self.hot_or_filed(self.commerce.payouts.get(&payout_id), |store| {
+            store.payout(payout_id)
+        })?;
+        Ok(found.filter(|payout| self.owns(payout.wallet_id)))
     }
 
     pub fn payout_view(&self, payout_id: PayoutId) -> Result<PayoutView, Rejection> {
         let payout = self
-            .payout(payout_id)
+            .payout(payout_id)?
             .ok_or(Rejection::NotFound("payout"))?;
-        Ok(PayoutView::of(self, payout))
+        Ok(PayoutView::of(self, &payout))
     }
 
-    /// Payouts, newest first.
-    #[must_use]
-    pub fn payouts_page(&self, filter: &PayoutFilter, page: Page) -> Paged<PayoutView> {
-        let matching = self.commerce.payouts.values().rev().filter(|payout| {
-            matches(filter.wallet_id, payout.wallet_id)
-                && matches(filter.status, payout.status)
-                && matches(filter.business_id, payout.business_id)
-        });
-        let paged = paginate(matching, page);
-        Paged {
+    /// Every payout of this shard's wallets that `wanted` accepts (memory and store merged,
+    /// memory's version winning), in no particular order, until `visit` returns false.
+    pub fn for_each_payout(
+        &self,
+        wanted: impl Fn(&Wallet) -> bool,
+        visit: impl FnMut(&Payout) -> bool,
+    ) -> Result<(), Rejection> {
+        self.for_each_merged(
+            self.commerce.payouts.values(),
+            (
+                |payout: &Payout| payout.wallet_id,
+                |payout: &Payout| self.commerce.payouts.contains_key(&payout.id),
+            ),
+            wanted,
+            |store, wallet, visit| store.for_each_payout(wallet, visit),
+            visit,
+        )
+    }
+
+    /// Payouts, newest first (memory and store merged).
+    pub fn payouts_page(
+        &self,
+        filter: &PayoutFilter,
+        page: Page,
+    ) -> Result<Paged<PayoutView>, Rejection> {
+        let mut matching: Vec<Payout> = Vec::new();
+        self.for_each_payout(
+            |wallet| {
+                matches(filter.wallet_id, wallet.id())
+                    && matches(filter.business_id, wallet.business_id())
+            },
+            |payout| {
+                if matches(filter.wallet_id, payout.wallet_id)
+                    && matches(filter.status, payout.status)
+                    && matches(filter.business_id, payout.business_id)
+                {
+                    matching.push(payout.clone());
+                }
+                true
+            },
+        )?;
+        matching.sort_unstable_by_key(|payout| std::cmp::Reverse(payout.id));
+        let paged = paginate(matching.iter(), page);
+        Ok(Paged {
             records: paged
                 .records
                 .into_iter()
                 .map(|payout| PayoutView::of(self, payout))
                 .collect(),
             total: paged.total,
-        }
+        })
     }
 
     #[must_use]

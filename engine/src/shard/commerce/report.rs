@@ -143,13 +143,26 @@ impl Shard {
     /// Payouts created in the range, by status and currency.
     #[must_use]
     pub fn payout_report(&self, range: &ReportRange) -> Vec<StatusRow<PayoutStatus>> {
+        self.payout_report_checked(range).unwrap_or_default()
+    }
+
+    /// Payouts created in the range, by status and currency: those in memory and the filed ones
+    /// of the wallets in scope (a store that cannot be read is an error).
+    pub fn payout_report_checked(
+        &self,
+        range: &ReportRange,
+    ) -> Result<Vec<StatusRow<PayoutStatus>>, Rejection> {
         let mut rows: Tally<(PayoutStatus, Currency)> = BTreeMap::new();
-        for payout in self.commerce.payouts.values() {
-            if range.covers(payout.created.at_ms, payout.business_id, payout.currency) {
-                tally(&mut rows, (payout.status, payout.currency), payout.amount);
-            }
-        }
-        status_rows(rows)
+        self.for_each_payout(
+            |wallet| range.wants(wallet.business_id(), wallet.currency()),
+            |payout| {
+                if range.covers(payout.created.at_ms, payout.business_id, payout.currency) {
+                    tally(&mut rows, (payout.status, payout.currency), payout.amount);
+                }
+                true
+            },
+        )?;
+        Ok(status_rows(rows))
     }
 
     /// Settlements created in the range, by status and currency (net totals).
