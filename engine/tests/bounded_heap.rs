@@ -11,13 +11,17 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 
+use engine::commerce::payment::Payment;
+use engine::commerce::payout::Payout;
 use engine::ledger::hold::Hold;
 use engine::ledger::transaction::{Hash, LedgerEntry, Transaction};
 use engine::ledger::wallet::{OwnerType, WalletType};
 use engine::shard::cold::{ColdHistory, ColdResult, Recall};
 use engine::shard::command::{CreateWallet, Details, MoneyMove, TransferArgs};
 use engine::EntryId;
-use engine::{Command, Context, Currency, HoldId, Outcome, Shard, TransactionId, Uuid, WalletId};
+use engine::{
+    Command, Context, Currency, HoldId, Outcome, PayoutId, Shard, TransactionId, Uuid, WalletId,
+};
 use rust_decimal::Decimal;
 
 /// Bytes allocated and not yet freed, by everything in this process.
@@ -81,6 +85,26 @@ impl ColdHistory for FiledElsewhere {
         _: &mut dyn FnMut(&Hash, &LedgerEntry) -> bool,
     ) -> ColdResult<()> {
         Err("a transfer listed entries".into())
+    }
+    fn payment(&self, _: Uuid) -> ColdResult<Option<Payment>> {
+        Err("a transfer read a payment".into())
+    }
+    fn for_each_payment(&self, _: WalletId, _: &mut dyn FnMut(&Payment) -> bool) -> ColdResult<()> {
+        Err("a transfer listed payments".into())
+    }
+    fn for_each_completed_payment(
+        &self,
+        _: i64,
+        _: i64,
+        _: &mut dyn FnMut(&Payment) -> bool,
+    ) -> ColdResult<()> {
+        Err("a transfer listed payments".into())
+    }
+    fn payout(&self, _: PayoutId) -> ColdResult<Option<Payout>> {
+        Err("a transfer read a payout".into())
+    }
+    fn for_each_payout(&self, _: WalletId, _: &mut dyn FnMut(&Payout) -> bool) -> ColdResult<()> {
+        Err("a transfer listed payouts".into())
     }
 }
 

@@ -67,13 +67,23 @@ fn money(wallet_id: WalletId, amount: Decimal) -> MoneyMove {
 
 /// A customer's primary YER wallet.
 async fn create_wallet(engine: &Engine, owner_id: u64) -> WalletId {
+    create_owned_wallet(engine, OwnerType::Customer, owner_id, 1).await
+}
+
+/// A primary YER wallet of `owner_type` `owner_id` in business `business_id`.
+async fn create_owned_wallet(
+    engine: &Engine,
+    owner_type: OwnerType,
+    owner_id: u64,
+    business_id: u64,
+) -> WalletId {
     let created = engine
         .execute(Command::CreateWallet(CreateWallet {
-            owner_type: OwnerType::Customer,
+            owner_type,
             owner_id,
             currency: yer(),
             wallet_type: WalletType::Primary,
-            business_id: 1,
+            business_id,
             branch_id: 0,
             meta: None,
         }))
@@ -468,5 +478,422 @@ async fn verify_integrity_counts_filed_and_unfiled_entries_once() {
             _
         )))
     ));
+    engine.shutdown().unwrap();
+}
+
+/// Every payment list and the fee report of every shard: what the engine's shards show (memory
+/// and store merged) against the whole-history reference.
+async fn assert_payments_match(engine: &Engine, dir: &std::path::Path, merchants: &[WalletId]) {
+    use engine::commerce::payment::PaymentStatus;
+    use engine::shard::commerce::query::PaymentFilter;
+    use engine::shard::commerce::report::ReportRange;
+    let compared = engine.verify_history().await.unwrap();
+    assert!(compared.is_ok(), "{compared:?}");
+    let reference = reference(dir);
+    let mut filters = vec![PaymentFilter::default()];
+    for status in [
+        PaymentStatus::Pending,
+        PaymentStatus::Completed,
+        PaymentStatus::PartiallyRefunded,
+        PaymentStatus::Refunded,
+        PaymentStatus::Cancelled,
+        PaymentStatus::Failed,
+    ] {
+        filters.push(PaymentFilter {
+            status: Some(status),
+            ..PaymentFilter::default()
+        });
+    }
+    for &merchant in merchants {
+        filters.push(PaymentFilter {
+            merchant_wallet_id: Some(merchant),
+            ..PaymentFilter::default()
+        });
+    }
+    filters.push(PaymentFilter {
+        merchant_id: Some(7),
+        status: Some(PaymentStatus::Completed),
+        ..PaymentFilter::default()
+    });
+    for filter in filters {
+        for (number, per_page) in [(1, 100), (2, 7), (5, 3)] {
+            let page = Page::new(number, per_page).unwrap();
+            let live = engine
+                .read_all(move |s| s.payments_page(&filter, page).unwrap())
+                .await
+                .unwrap();
+            let whole: Vec<_> = reference
+                .iter()
+                .map(|s| s.payments_page(&filter, page).unwrap())
+                .collect();
+            assert_eq!(live, whole, "{filter:?}, page {number} of {per_page}");
+        }
+    }
+    let range = ReportRange {
+        from_ms: 1_700_000_000_000,
+        to_ms: 1_800_000_000_000,
+        business_id: Some(7),
+        currency: None,
+    };
+    let live = engine
+        .read_all(move |s| s.fee_report_checked(&range).unwrap())
+        .await
+        .unwrap();
+    let whole: Vec<_> = reference.iter().map(|s| s.fee_report(&range)).collect();
+    assert_eq!(live, whole, "fee report");
+    assert!(whole.iter().any(|rows| !rows.is_empty()), "fees collected");
+    assert_payouts_match(engine, &reference, merchants).await;
+}
+
+/// Creates a payout of `wallet` and takes it a seeded way through its life cycle: left pending,
+/// approved, rejected, cancelled, executed, then paid or failed.
+async fn payout_step(engine: &Engine, rng: &mut Rng, wallet: WalletId) {
+    use engine::shard::command::{CreatePayout, PayoutProviderResult};
+    let created = engine
+        .execute(Command::CreatePayout(CreatePayout {
+            wallet_id: wallet,
+            amount: rng.amount(),
+            currency: yer(),
+            payout_method: "bank".into(),
+            payout_destination: None,
+            description: None,
+            idempotency_key: None,
+            created_by: 1,
+        }))
+        .await
+        .unwrap();
+    let Outcome::Payout(payout) = created else {
+        panic!("{created:?}")
+    };
+    let payout_id = payout.id;
+    let fate = rng.below(7);
+    let mut steps = Vec::new();
+    match fate {
+        0 => {}
+        1 => steps.push(Command::RejectPayout {
+            payout_id,
+            by: 2,
+            reason: "no".into(),
+        }),
+        2 => steps.push(Command::CancelPayout { payout_id, by: 2 }),
+        _ => steps.push(Command::ApprovePayout {
+            payout_id,
+            by: 2,
+            notes: None,
+        }),
+    }
+    if fate >= 4 {
+        steps.push(Command::ExecutePayout { payout_id, by: 2 });
+    }
+    if fate >= 5 {
+        steps.push(Command::PayoutProviderResult(PayoutProviderResult {
+            payout_id,
+            succeeded: fate == 5,
+            provider_ref: None,
+        }));
+    }
+    for step in steps {
+        engine.execute(step).await.unwrap();
+    }
+}
+
+/// Every payout list and the payout report of every shard against the reference.
+async fn assert_payouts_match(engine: &Engine, reference: &[engine::Shard], wallets: &[WalletId]) {
+    use engine::commerce::payout::PayoutStatus;
+    use engine::shard::commerce::query::PayoutFilter;
+    use engine::shard::commerce::report::ReportRange;
+    let mut filters = vec![PayoutFilter::default()];
+    for status in [
+        PayoutStatus::Pending,
+        PayoutStatus::Approved,
+        PayoutStatus::Rejected,
+        PayoutStatus::Cancelled,
+        PayoutStatus::Executed,
+        PayoutStatus::Paid,
+        PayoutStatus::Failed,
+    ] {
+        filters.push(PayoutFilter {
+            status: Some(status),
+            ..PayoutFilter::default()
+        });
+    }
+    for &wallet in wallets {
+        filters.push(PayoutFilter {
+            wallet_id: Some(wallet),
+            business_id: Some(7),
+            ..PayoutFilter::default()
+        });
+    }
+    for filter in filters {
+        for (number, per_page) in [(1, 100), (2, 7)] {
+            let page = Page::new(number, per_page).unwrap();
+            let live = engine
+                .read_all(move |s| s.payouts_page(&filter, page).unwrap())
+                .await
+                .unwrap();
+            let whole: Vec<_> = reference
+                .iter()
+                .map(|s| s.payouts_page(&filter, page).unwrap())
+                .collect();
+            assert_eq!(live, whole, "{filter:?}, page {number} of {per_page}");
+        }
+    }
+    let range = ReportRange {
+        from_ms: 1_700_000_000_000,
+        to_ms: 1_800_000_000_000,
+        business_id: None,
+        currency: None,
+    };
+    let live = engine
+        .read_all(move |s| s.payout_report_checked(&range).unwrap())
+        .await
+        .unwrap();
+    let whole: Vec<_> = reference.iter().map(|s| s.payout_report(&range)).collect();
+    assert_eq!(live, whole, "payout report");
+}
+
+/// Payouts in the shards' memory, and how many of them are not final.
+async fn payouts_held(engine: &Engine) -> (usize, u64) {
+    use engine::commerce::payout::PayoutStatus;
+    use engine::shard::commerce::query::PayoutFilter;
+    let held: usize = engine
+        .read_all(|s| s.payouts_in_memory())
+        .await
+        .unwrap()
+        .into_iter()
+        .sum();
+    let open: u64 = engine
+        .read_all(|s| {
+            [
+                PayoutStatus::Pending,
+                PayoutStatus::Approved,
+                PayoutStatus::Executed,
+            ]
+            .into_iter()
+            .map(|status| {
+                let filter = PayoutFilter {
+                    status: Some(status),
+                    ..PayoutFilter::default()
+                };
+                s.payouts_page(&filter, Page::new(1, 1).unwrap())
+                    .unwrap()
+                    .total
+            })
+            .sum::<u64>()
+        })
+        .await
+        .unwrap()
+        .into_iter()
+        .sum();
+    (held, open)
+}
+
+/// Payments in the shards' memory, and how many of them are pending.
+async fn payments_held(engine: &Engine) -> (usize, u64) {
+    use engine::commerce::payment::PaymentStatus;
+    use engine::shard::commerce::query::PaymentFilter;
+    let held: usize = engine
+        .read_all(|s| s.payments_in_memory())
+        .await
+        .unwrap()
+        .into_iter()
+        .sum();
+    let pending: u64 = engine
+        .read_all(|s| {
+            let filter = PaymentFilter {
+                status: Some(PaymentStatus::Pending),
+                ..PaymentFilter::default()
+            };
+            s.payments_page(&filter, Page::new(1, 1).unwrap())
+                .unwrap()
+                .total
+        })
+        .await
+        .unwrap()
+        .into_iter()
+        .sum();
+    (held, pending)
+}
+
+/// Final payments and payouts leave memory once filed (issue 14): after a seeded mix of payments
+/// confirmed on one shard and across two, cancelled, failed, refunded in part and in whole, and
+/// left pending, and of payouts through every state, only pending payments and open payouts
+/// stay in the shards; every payment and payout list, the fee report and the payout report
+/// equal a whole-history reference, live and after a reopen; and a refund of a completed payment
+/// that left memory recalls it from the store, live and after a reopen.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn final_payments_leave_memory_and_lists_equal_the_reference() {
+    use engine::commerce::payment::{PaymentProvider, PaymentStatus};
+    use engine::shard::command::{InitiatePayment, RefundPayment};
+    use engine::values::fee::FeeRule;
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(SeededClock::new(5, 1_700_000_000_000));
+    let engine = open(dir.path(), clock.clone());
+    let mut merchants = Vec::new();
+    let mut payers = Vec::new();
+    // Merchants funded too, so that refunds (the fee is not returned to them) never lack money.
+    for (owner, kind, business) in (0..3)
+        .map(|n| (700 + n, OwnerType::Merchant, 7))
+        .chain((1..=4).map(|n| (n, OwnerType::Customer, 1)))
+    {
+        let wallet = create_owned_wallet(&engine, kind, owner, business).await;
+        engine
+            .execute(Command::Deposit(money(wallet, Decimal::from(100_000))))
+            .await
+            .unwrap();
+        if kind == OwnerType::Merchant {
+            merchants.push(wallet);
+        } else {
+            payers.push(wallet);
+        }
+    }
+    assert!(
+        merchants
+            .iter()
+            .any(|m| engine.shard_of_wallet(*m) != engine.shard_of_wallet(payers[0])),
+        "some payments cross shards"
+    );
+    let mut rng = Rng(0x0005_EED0_F9A7);
+    let mut completed: Vec<Uuid> = Vec::new();
+    let fee = FeeRule {
+        percent: Decimal::new(25, 1),
+        fixed: Decimal::ONE,
+    };
+    for step in 0..160 {
+        clock.advance_ms(1_000);
+        let merchant = merchants[rng.below(3) as usize];
+        let payer = payers[rng.below(4) as usize];
+        let sandbox = step % 9 == 0;
+        let initiated = engine
+            .execute(Command::InitiatePayment(InitiatePayment {
+                merchant_id: 7,
+                merchant_wallet_id: merchant,
+                payer_wallet_id: payer,
+                amount: rng.amount() + Decimal::from(2),
+                currency: yer(),
+                fee,
+                provider: if sandbox {
+                    PaymentProvider::Sandbox
+                } else {
+                    PaymentProvider::Wallet
+                },
+                description: Some(format!("order {step}")),
+                metadata: None,
+                idempotency_key: None,
+                payment_link_uuid: None,
+            }))
+            .await
+            .unwrap();
+        let Outcome::Payment(payment) = initiated else {
+            panic!("{initiated:?}")
+        };
+        let uuid = payment.uuid;
+        let command = match (rng.below(10), sandbox) {
+            (0, _) => None,
+            (1, _) => Some(Command::CancelPayment { payment_uuid: uuid }),
+            (2, _) => Some(Command::FailPayment { payment_uuid: uuid }),
+            (_, true) => Some(Command::PaymentProviderResult(
+                engine::shard::command::PaymentProviderResult {
+                    payment_uuid: uuid,
+                    succeeded: true,
+                    provider_ref: None,
+                },
+            )),
+            (_, false) => Some(Command::ConfirmPayment { payment_uuid: uuid }),
+        };
+        if let Some(command) = command {
+            let done = engine.execute(command).await.unwrap();
+            if let Outcome::Payment(p) = &done {
+                if p.status == PaymentStatus::Completed {
+                    completed.push(uuid);
+                }
+            }
+        }
+        // Refunds of earlier payments, most of which have left memory by now.
+        if step % 4 == 3 && !completed.is_empty() {
+            let pick = completed[rng.below(completed.len() as u64) as usize];
+            let part = rng.below(2) == 0;
+            let refunded = engine
+                .execute(Command::RefundPayment(RefundPayment {
+                    payment_uuid: pick,
+                    amount: part.then_some(Decimal::ONE),
+                    reason: None,
+                }))
+                .await;
+            // A payment refunded in whole refuses another refund.
+            if let Err(error) = &refunded {
+                assert!(error.to_string().contains("refund"), "{error}");
+            }
+        }
+        if step % 3 == 1 {
+            payout_step(&engine, &mut rng, merchant).await;
+        }
+        if step % 16 == 0 {
+            engine.evict_filed().await.unwrap();
+        }
+    }
+    assert!(completed.len() > 50, "completed {}", completed.len());
+    engine.evict_filed().await.unwrap();
+    let (held, pending) = payments_held(&engine).await;
+    assert!(pending > 0, "some payments stay pending");
+    assert_eq!(
+        held as u64, pending,
+        "only pending payments stay in memory once filed"
+    );
+    let (held, unfinished) = payouts_held(&engine).await;
+    assert!(unfinished > 0, "some payouts stay open");
+    assert_eq!(
+        held as u64, unfinished,
+        "only open payouts stay in memory once filed"
+    );
+    assert_payments_match(&engine, dir.path(), &merchants).await;
+
+    // A completed payment that left memory is refunded in whole: recalled from the store.
+    let mut refunded_whole = None;
+    for &uuid in &completed {
+        let view = engine
+            .execute(Command::RefundPayment(RefundPayment {
+                payment_uuid: uuid,
+                amount: None,
+                reason: Some("returned".into()),
+            }))
+            .await;
+        if let Ok(Outcome::Payment(view)) = view {
+            assert_eq!(view.status, PaymentStatus::Refunded);
+            refunded_whole = Some(uuid);
+            break;
+        }
+    }
+    let refunded_whole = refunded_whole.expect("a completed payment to refund");
+    engine.evict_filed().await.unwrap();
+    let (held, pending) = payments_held(&engine).await;
+    assert_eq!(held as u64, pending, "the recalled payment left again");
+    assert_payments_match(&engine, dir.path(), &merchants).await;
+    engine.shutdown().unwrap();
+
+    // After a reopen: the same lists, the refund is kept, and memory holds pending ones only.
+    let engine = open(dir.path(), clock.clone());
+    let (held, pending) = payments_held(&engine).await;
+    assert_eq!(held as u64, pending, "after reopen");
+    let (held, unfinished) = payouts_held(&engine).await;
+    assert_eq!(held as u64, unfinished, "open payouts after reopen");
+    let mut status = None;
+    for index in 0..engine.shard_count() {
+        let found = engine
+            .read_shard(index, move |s| {
+                s.payment(refunded_whole).unwrap().map(|p| p.status)
+            })
+            .await
+            .unwrap();
+        status = status.or(found);
+    }
+    assert_eq!(status, Some(PaymentStatus::Refunded));
+    assert_payments_match(&engine, dir.path(), &merchants).await;
+    engine.shutdown().unwrap();
+
+    // The store lost entirely: refiled from the log, payments included.
+    std::fs::remove_dir_all(dir.path().join(STORE_DIR)).unwrap();
+    let engine = open(dir.path(), clock);
+    assert_payments_match(&engine, dir.path(), &merchants).await;
     engine.shutdown().unwrap();
 }

@@ -197,16 +197,18 @@ struct PaymentParties {
 async fn parties(app: &SharedApp, uuid: Uuid) -> Result<PaymentParties, ApiError> {
     let shard = app
         .engine
-        .find(uuid, |s, u| s.payment(u).is_some())
+        .find(uuid, |s, u| s.holds_payment(u))
         .await
         .map_err(engine_error)?;
     let (merchant_id, payer_wallet) = app
         .engine
         .peek_shard(shard, move |s| {
-            s.payment(uuid).map(|p| (p.merchant_id, p.payer_wallet_id))
+            s.payment(uuid)
+                .map(|found| found.map(|p| (p.merchant_id, p.payer_wallet_id)))
         })
         .await
         .map_err(engine_error)?
+        .map_err(|rejection| ApiError::from_rejection(&rejection))?
         .ok_or_else(|| ApiError::not_found("payment"))?;
     let payer = app
         .engine
@@ -303,7 +305,7 @@ pub async fn status(app: &SharedApp, call: &Call) -> Handled {
     authorize(call, &parties, Some(Tier::Merchant))?;
     let shard = app
         .engine
-        .find(uuid, |s, u| s.payment(u).is_some())
+        .find(uuid, |s, u| s.holds_payment(u))
         .await
         .map_err(engine_error)?;
     let view = app

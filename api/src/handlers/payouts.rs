@@ -118,11 +118,13 @@ async fn payout_wallet(app: &SharedApp, id: PayoutId) -> Result<Option<WalletSco
     let shard = shard_of(id.0, app.engine.shard_count());
     app.engine
         .peek_shard(shard, move |s| {
-            let payout = s.payout(id)?;
-            s.wallet(payout.wallet_id).map(WalletScope::of)
+            s.payout(id).map(|found| {
+                found.and_then(|payout| s.wallet(payout.wallet_id).map(WalletScope::of))
+            })
         })
         .await
-        .map_err(engine_error)
+        .map_err(engine_error)?
+        .map_err(|rejection| ApiError::from_rejection(&rejection))
 }
 
 #[derive(Deserialize, Default)]
@@ -231,7 +233,11 @@ async fn merged<T, F>(
 ) -> Result<Paged<T>, ApiError>
 where
     T: Send + 'static,
-    F: Fn(&engine::Shard, Page) -> Paged<T> + Send + Sync + Clone + 'static,
+    F: Fn(&engine::Shard, Page) -> Result<Paged<T>, engine::Rejection>
+        + Send
+        + Sync
+        + Clone
+        + 'static,
 {
     let wanted = requested.page().saturating_mul(requested.per_page());
     let head = Page::first(wanted);
@@ -247,7 +253,8 @@ where
             .engine
             .read_shard(shard, move |s| read(s, head))
             .await
-            .map_err(engine_error)?;
+            .map_err(engine_error)?
+            .map_err(|rejection| ApiError::from_rejection(&rejection))?;
         total += paged.total;
         records.extend(paged.records);
     }
@@ -470,7 +477,7 @@ pub async fn list_settlements(app: &SharedApp, call: &Call) -> Handled {
         app,
         scope.wallet_id,
         requested,
-        move |s, head| s.settlements_page(&filter, head),
+        move |s, head| Ok(s.settlements_page(&filter, head)),
         |p: &SettlementView| (p.created_at_ms, p.id.0),
     )
     .await?;

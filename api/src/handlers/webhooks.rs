@@ -208,16 +208,18 @@ async fn deliver(app: &SharedApp, call: &Call, provider: &'static str) -> Handle
                 .ok_or_else(|| ApiError::invalid_field("data.payment_uuid", "must be a UUID"))?;
             let shard = app
                 .engine
-                .find(uuid, |s, u| s.payment(u).is_some())
+                .find(uuid, |s, u| s.holds_payment(u))
                 .await
                 .map_err(engine_error)?;
             let target = app
                 .engine
                 .peek_shard(shard, move |s| {
-                    s.payment(uuid).map(|p| (p.amount, p.currency))
+                    s.payment(uuid)
+                        .map(|found| found.map(|p| (p.amount, p.currency)))
                 })
                 .await
-                .map_err(engine_error)?;
+                .map_err(engine_error)?
+                .map_err(|rejection| ApiError::from_rejection(&rejection))?;
             check_money(&event.data, target, "payment")?;
             Command::PaymentProviderResult(PaymentProviderResult {
                 payment_uuid: uuid,
@@ -237,9 +239,13 @@ async fn deliver(app: &SharedApp, call: &Call, provider: &'static str) -> Handle
             let shard = shard_of(id.0, app.engine.shard_count());
             let target = app
                 .engine
-                .peek_shard(shard, move |s| s.payout(id).map(|p| (p.amount, p.currency)))
+                .peek_shard(shard, move |s| {
+                    s.payout(id)
+                        .map(|found| found.map(|p| (p.amount, p.currency)))
+                })
                 .await
-                .map_err(engine_error)?;
+                .map_err(engine_error)?
+                .map_err(|rejection| ApiError::from_rejection(&rejection))?;
             check_money(&event.data, target, "payout")?;
             Command::PayoutProviderResult(PayoutProviderResult {
                 payout_id: id,

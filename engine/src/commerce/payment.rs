@@ -187,6 +187,58 @@ pub struct Payment {
     pub closed_at_ms: Option<i64>,
 }
 
+impl Payment {
+    /// Whether the payment may leave memory once filed: every state but `pending`. A completed
+    /// payment still changes on a refund (and on a refund's release), which recalls it from the
+    /// store; a cancelled or failed one never changes again.
+    #[must_use]
+    pub fn may_leave_memory(&self) -> bool {
+        self.status != PaymentStatus::Pending
+    }
+
+    /// Completes a pending payment with its merchant credit (`PaymentCompleted`).
+    pub(crate) fn complete(
+        &mut self,
+        merchant_transaction_id: TransactionId,
+        at_ms: i64,
+    ) -> Result<(), &'static str> {
+        if self.status != PaymentStatus::Pending {
+            return Err("only a pending payment completes");
+        }
+        self.status = PaymentStatus::Completed;
+        self.merchant_transaction_id = Some(merchant_transaction_id);
+        self.completed_at_ms = Some(at_ms);
+        self.updated_at_ms = at_ms;
+        Ok(())
+    }
+
+    /// Cancels or fails a pending payment (`PaymentClosed`).
+    pub(crate) fn close(&mut self, status: PaymentStatus, at_ms: i64) -> Result<(), &'static str> {
+        if self.status != PaymentStatus::Pending {
+            return Err("only a pending payment closes");
+        }
+        self.status = status;
+        self.closed_at_ms = Some(at_ms);
+        self.updated_at_ms = at_ms;
+        Ok(())
+    }
+
+    /// Sets the refunded total of a completed payment (`PaymentRefundTotalChanged`).
+    pub(crate) fn set_refunded(
+        &mut self,
+        refunded_amount: Decimal,
+        at_ms: i64,
+    ) -> Result<(), &'static str> {
+        if !self.status.is_completed() || refunded_amount > self.amount {
+            return Err("refunds of a payment that is not completed, or above its amount");
+        }
+        self.refunded_amount = refunded_amount;
+        self.status = PaymentStatus::after_refunds(self.amount, refunded_amount);
+        self.updated_at_ms = at_ms;
+        Ok(())
+    }
+}
+
 /// A payment link, kept on its merchant wallet's shard.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PaymentLink {

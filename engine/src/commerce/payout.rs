@@ -177,6 +177,90 @@ pub struct Payout {
     pub attempts: Vec<PayoutAttempt>,
 }
 
+impl Payout {
+    /// Whether the payout may leave memory once filed: rejected, cancelled, paid and failed ones
+    /// never change again.
+    #[must_use]
+    pub fn may_leave_memory(&self) -> bool {
+        matches!(
+            self.status,
+            PayoutStatus::Rejected
+                | PayoutStatus::Cancelled
+                | PayoutStatus::Paid
+                | PayoutStatus::Failed
+        )
+    }
+
+    /// Applies one transition (`PayoutChanged`): the status it names, its stamps and attempts.
+    pub(crate) fn apply_change(
+        &mut self,
+        change: &PayoutChange,
+        at_ms: i64,
+    ) -> Result<(), &'static str> {
+        let next = change.status();
+        if !self.status.can_become(next) {
+            return Err("payout transition not allowed");
+        }
+        self.status = next;
+        self.updated_at_ms = at_ms;
+        match change {
+            PayoutChange::Approved { by, notes } => {
+                self.approved = Some(Stamp { by: *by, at_ms });
+                self.approval_notes.clone_from(notes);
+            }
+            PayoutChange::Rejected { by, reason } => {
+                self.rejected = Some(Stamp { by: *by, at_ms });
+                self.rejection_reason = Some(reason.clone());
+            }
+            PayoutChange::Cancelled { by } => self.cancelled = Some(Stamp { by: *by, at_ms }),
+            PayoutChange::Executed { by, transaction_id } => {
+                self.executed = Some(Stamp { by: *by, at_ms });
+                self.transaction_id = Some(*transaction_id);
+                let number = u32::try_from(self.attempts.len())
+                    .unwrap_or(u32::MAX)
+                    .saturating_add(1);
+                // Our reference for the provider, until its result brings its own; derived from
+                // stored state, so replay derives the same one.
+                let provider_ref = format!("po_{}_{number}", self.uuid).into_boxed_str();
+                self.attempts.push(PayoutAttempt {
+                    number,
+                    status: PayoutAttemptStatus::Submitted,
+                    submitted_at_ms: at_ms,
+                    completed_at_ms: None,
+                    provider_ref: Some(provider_ref),
+                });
+            }
+            PayoutChange::Paid { provider_ref } | PayoutChange::Failed { provider_ref, .. } => {
+                let succeeded = matches!(change, PayoutChange::Paid { .. });
+                if succeeded {
+                    self.paid_at_ms = Some(at_ms);
+                } else {
+                    self.failed_at_ms = Some(at_ms);
+                }
+                if let PayoutChange::Failed {
+                    return_transaction_id,
+                    ..
+                } = change
+                {
+                    self.return_transaction_id = Some(*return_transaction_id);
+                }
+                if let Some(attempt) = self.attempts.last_mut() {
+                    attempt.status = if succeeded {
+                        PayoutAttemptStatus::Succeeded
+                    } else {
+                        PayoutAttemptStatus::Failed
+                    };
+                    attempt.completed_at_ms = Some(at_ms);
+                    if provider_ref.is_some() {
+                        attempt.provider_ref.clone_from(provider_ref);
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
 /// One transition of a payout (the event carries it; `apply` checks it is allowed).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

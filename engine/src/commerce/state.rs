@@ -24,9 +24,12 @@ pub(crate) struct Commerce {
     pub(crate) next_qr_seq: u64,
     pub(crate) next_payout_seq: u64,
     pub(crate) next_settlement_seq: u64,
+    /// The payments in memory: pending ones, and final ones until their latest change is filed
+    /// (in a shard with a store; see `Shard::evict_filed`). The store holds every one.
     pub(crate) payments: BTreeMap<Uuid, Payment>,
     pub(crate) links: BTreeMap<Uuid, PaymentLink>,
     pub(crate) qrs: BTreeMap<Uuid, QrCode>,
+    /// The payouts in memory: open ones, and final ones until their latest change is filed.
     pub(crate) payouts: BTreeMap<PayoutId, Payout>,
     pub(crate) settlements: BTreeMap<SettlementId, Settlement>,
     /// Cross-shard payment steps this shard is the source of, by reservation uuid.

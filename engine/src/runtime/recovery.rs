@@ -243,10 +243,6 @@ pub(crate) fn open(
     // scan): records after the snapshot rebuild the shards, records after the store's last
     // checkpoint are filed into the store.
     // From an archive, replay starts at LSN 1 whatever snapshot there is.
-    let mut state = match archive {
-        Some(_) => Replayed::empty(count)?,
-        None => Replayed::load(&dir, count)?,
-    };
     let store_path = config.data_dir.join(history::STORE_DIR);
     let store = match history::HistoryStore::open(&store_path, config.history.cache_bytes) {
         Ok(store) => Arc::new(store),
@@ -258,6 +254,33 @@ pub(crate) fn open(
             }))
         }
         Err(error) => return Err(history_error(&store_path, &error)),
+    };
+    // A store written before payments and payouts were filed lacks those it covers: replay then
+    // keeps every one in memory, and they are filed from there once replay is done (below).
+    let commerce_filed = store
+        .commerce_complete()
+        .and_then(|complete| Ok(complete || store.indexed_lsn()? == 0))
+        .map_err(|e| history_error(&store_path, &e))?;
+    // The report aggregates of a store written before them are counted from the payments and
+    // payouts in memory after replay (`build_reports`), which holds them all only while the
+    // store lacks them too. No build wrote one without the other; a store that has them filed
+    // but no aggregates is refused rather than reported from a partial count.
+    let reports_ready = store
+        .reports_ready()
+        .map_err(|e| history_error(&store_path, &e))?;
+    if !reports_ready && commerce_filed && store.indexed_lsn().unwrap_or(0) > 0 {
+        return Err(history_error(
+            &store_path,
+            &history::StoreError::Rule(
+                "it files payments and payouts but holds no report aggregates, which no walletd \
+                 build writes; rebuild it from the log with `walletd replay --from-archive DIR`"
+                    .into(),
+            ),
+        ));
+    }
+    let mut state = match archive {
+        Some(_) => Replayed::empty(count)?,
+        None => Replayed::load_keeping(&dir, count, commerce_filed)?,
     };
     let mut filer = Filer::new(store.clone(), config.history.checkpoint_every)
         .map_err(|e| history_error(&store_path, &e))?;
@@ -364,6 +387,30 @@ pub(crate) fn open(
                 filer.indexed_lsn, recovered.last_lsn
             ),
         });
+    }
+    // Every payment and payout the shards hold is their latest version; filed as it is, it
+    // completes a store written before they were (once: the store is then marked complete).
+    // From here on final ones leave memory once filed.
+    if !store
+        .commerce_complete()
+        .map_err(|e| history_error(&store_path, &e))?
+    {
+        store
+            .file_commerce(
+                state
+                    .shards
+                    .iter()
+                    .flat_map(|shard| shard.commerce.payments.values()),
+                state
+                    .shards
+                    .iter()
+                    .flat_map(|shard| shard.commerce.payouts.values()),
+            )
+            .map_err(|e| history_error(&store_path, &e))?;
+        tracing::info!("filed the payments and payouts of a store written before they were");
+    }
+    for shard in &mut state.shards {
+        shard.finals_leave = true;
     }
     // The answers of the records replay saw that a store written before answers were filed
     // lacks went in with the flush above, and those an older snapshot carried before replay:
@@ -596,10 +643,24 @@ impl Replayed {
 
     /// Loads the newest valid snapshot of `dir`, or empty shards when there is none.
     pub fn load(dir: &std::path::Path, count: u32) -> Result<Self, OpenError> {
+        Self::load_keeping(dir, count, true)
+    }
+
+    /// As [`Replayed::load`]; `commerce_filed` false keeps every payment and payout in memory
+    /// (the store does not hold them yet).
+    pub fn load_keeping(
+        dir: &std::path::Path,
+        count: u32,
+        commerce_filed: bool,
+    ) -> Result<Self, OpenError> {
         let snapshot = wal::snapshot::load_newest(&wal::fs::StdFs, dir)?;
         let table = IdempotencyTable::new();
         let Some(found) = snapshot else {
-            return Self::empty(count);
+            let mut empty = Self::empty(count)?;
+            for shard in &mut empty.shards {
+                shard.finals_leave = commerce_filed;
+            }
+            return Ok(empty);
         };
         let path = found.path.display().to_string();
         let decoded = image::decode(&found.payload).map_err(|e| OpenError::Snapshot {
@@ -631,6 +692,7 @@ impl Replayed {
                 snapshot_moves.extend(shard.move_records());
                 // Replay keeps hot state only: what the snapshot holds of history is filed.
                 shard.set_recall(Recall::Replay);
+                shard.finals_leave = commerce_filed;
                 shard.evict_all();
                 (shard, lsn)
             })

@@ -126,15 +126,14 @@ impl Engine {
             Command::ConfirmPayment { payment_uuid }
             | Command::CancelPayment { payment_uuid }
             | Command::FailPayment { payment_uuid } => {
-                self.find(*payment_uuid, |s, u| s.payment(u).is_some())
-                    .await?
+                self.find(*payment_uuid, |s, u| s.holds_payment(u)).await?
             }
             Command::PaymentProviderResult(result) => {
-                self.find(result.payment_uuid, |s, u| s.payment(u).is_some())
+                self.find(result.payment_uuid, |s, u| s.holds_payment(u))
                     .await?
             }
             Command::RefundPayment(refund) => {
-                self.find(refund.payment_uuid, |s, u| s.payment(u).is_some())
+                self.find(refund.payment_uuid, |s, u| s.holds_payment(u))
                     .await?
             }
             Command::PaymentReserve(reserve) => by_wallet(reserve.payer_wallet_id),

@@ -1,9 +1,9 @@
 //! Where a shard finds the records that left its memory.
 //!
 //! Memory holds hot state only (ARCHITECTURE.md, invariant 10): balances, chain heads, counters,
-//! active holds, and the records the history indexer has not filed yet. Everything older is in the
-//! history store, which the runtime lends the shard as a [`ColdHistory`]. Three modes
-//! ([`Recall`]):
+//! active holds, pending payments, open payouts, and the records the history indexer has not filed
+//! yet. Everything older is in the history store, which the runtime lends the shard as a
+//! [`ColdHistory`]. Three modes ([`Recall`]):
 //!
 //! * **`Keep`**: a shard with no store (tests, benches, tools): nothing ever leaves memory, and
 //!   the shard behaves exactly as a whole-history state machine.
@@ -20,11 +20,13 @@
 use std::fmt;
 use std::sync::Arc;
 
+use crate::commerce::payment::Payment;
+use crate::commerce::payout::Payout;
 use crate::ledger::hold::Hold;
 use crate::ledger::transaction::{Hash, LedgerEntry, Transaction};
 use crate::shard::moves::{MoveKey, MoveRecord};
 use crate::values::error::Rejection;
-use crate::values::ids::{EntryId, HoldId, TransactionId, Uuid, WalletId};
+use crate::values::ids::{EntryId, HoldId, PayoutId, TransactionId, Uuid, WalletId};
 
 /// A failed read of the store; the command is refused as unavailable.
 pub type ColdResult<T> = Result<T, String>;
@@ -66,6 +68,31 @@ pub trait ColdHistory: Send + Sync {
     fn open_charge(&self, _payment_uuid: Uuid) -> ColdResult<Option<Uuid>> {
         Ok(None)
     }
+    /// The filed payment with this uuid.
+    fn payment(&self, uuid: Uuid) -> ColdResult<Option<Payment>>;
+    /// Every filed payment to merchant wallet `merchant`, oldest first, until `visit` returns
+    /// false.
+    fn for_each_payment(
+        &self,
+        merchant: WalletId,
+        visit: &mut dyn FnMut(&Payment) -> bool,
+    ) -> ColdResult<()>;
+    /// Every filed payment (of any shard) that completed within `from_ms..=to_ms`, until
+    /// `visit` returns false.
+    fn for_each_completed_payment(
+        &self,
+        from_ms: i64,
+        to_ms: i64,
+        visit: &mut dyn FnMut(&Payment) -> bool,
+    ) -> ColdResult<()>;
+    /// The filed payout with this id.
+    fn payout(&self, id: PayoutId) -> ColdResult<Option<Payout>>;
+    /// Every filed payout of `wallet`, oldest first, until `visit` returns false.
+    fn for_each_payout(
+        &self,
+        wallet: WalletId,
+        visit: &mut dyn FnMut(&Payout) -> bool,
+    ) -> ColdResult<()>;
 }
 
 /// How the shard treats records that are not in its memory (see the module docs).

@@ -59,7 +59,7 @@ use crate::shard::cold::{unavailable, ColdHistory, ColdResult, Recall};
 use crate::shard::command::{paginate, Page, Paged};
 use crate::values::currency::Currency;
 use crate::values::error::Rejection;
-use crate::values::ids::{EntryId, HoldId, IdSpace, TransactionId, Uuid, WalletId};
+use crate::values::ids::{EntryId, HoldId, IdSpace, PayoutId, TransactionId, Uuid, WalletId};
 
 /// Target resident bytes of an idle wallet, including its index slots.
 pub const IDLE_WALLET_BYTES_BUDGET: usize = 200;
@@ -132,6 +132,18 @@ pub struct Shard {
     /// Cross-shard moves finished, by the stamp of the command that finished them, oldest first:
     /// they leave memory once it is filed (see `moves`).
     pub(crate) moves_touched: VecDeque<(u64, crate::shard::moves::MoveKey)>,
+    /// Payments in memory by the stamp of their last change (absent: loaded, stamp 0).
+    pub(crate) payment_stamps: HashMap<Uuid, u64>,
+    /// Payments that changed, by the stamp of the change, oldest first (see `touched`).
+    pub(crate) touched_payments: VecDeque<(u64, Uuid)>,
+    /// Payouts in memory by the stamp of their last change (absent: loaded, stamp 0).
+    pub(crate) payout_stamps: HashMap<PayoutId, u64>,
+    /// Payouts that changed, by the stamp of the change, oldest first (see `touched`).
+    pub(crate) touched_payouts: VecDeque<(u64, PayoutId)>,
+    /// Whether final payments and payouts leave memory once filed: false only while recovery
+    /// replays for a store written before they were filed (they are filed from memory
+    /// afterwards, see `recovery`).
+    pub(crate) finals_leave: bool,
 }
 
 impl Shard {
@@ -159,6 +171,11 @@ impl Shard {
             stamp: 0,
             touched: VecDeque::new(),
             moves_touched: VecDeque::new(),
+            payment_stamps: HashMap::new(),
+            touched_payments: VecDeque::new(),
+            payout_stamps: HashMap::new(),
+            touched_payouts: VecDeque::new(),
+            finals_leave: true,
         }
     }
 
@@ -489,7 +506,90 @@ impl Shard {
             self.touched.pop_front();
             gone += self.evict_wallet(wallet_id, filed);
         }
+        while let Some(&(stamp, uuid)) = self.touched_payments.front() {
+            if stamp > filed {
+                break;
+            }
+            self.touched_payments.pop_front();
+            gone += self.evict_payment(uuid, filed);
+        }
+        while let Some(&(stamp, id)) = self.touched_payouts.front() {
+            if stamp > filed {
+                break;
+            }
+            self.touched_payouts.pop_front();
+            gone += self.evict_payout(id, filed);
+        }
         gone + self.evict_filed_moves(filed)
+    }
+
+    /// Drops payout `id` if it is final and its last change is filed, with its hold's entry in
+    /// the payout hold index (its hold is closed: nothing else may close it anyway).
+    fn evict_payout(&mut self, id: PayoutId, filed: u64) -> usize {
+        if !self.finals_leave || self.payout_stamps.get(&id).is_some_and(|&at| at > filed) {
+            return 0;
+        }
+        let Some(payout) = self
+            .commerce
+            .payouts
+            .get(&id)
+            .filter(|payout| payout.may_leave_memory())
+        else {
+            return 0;
+        };
+        self.index.commerce.payout_holds.remove(&payout.hold_id);
+        self.commerce.payouts.remove(&id);
+        self.payout_stamps.remove(&id);
+        1
+    }
+
+    /// Notes that payout `id` changed under the current command.
+    pub(crate) fn touch_payout(&mut self, id: PayoutId) {
+        if self.recall.evicts() {
+            self.payout_stamps.insert(id, self.stamp);
+            if self.touched_payouts.back() != Some(&(self.stamp, id)) {
+                self.touched_payouts.push_back((self.stamp, id));
+            }
+        }
+    }
+
+    /// Payouts held in memory.
+    #[must_use]
+    pub fn payouts_in_memory(&self) -> usize {
+        self.commerce.payouts.len()
+    }
+
+    /// Drops payment `uuid` if it may leave memory and its last change is filed.
+    fn evict_payment(&mut self, uuid: Uuid, filed: u64) -> usize {
+        if !self.finals_leave
+            || self.payment_stamps.get(&uuid).is_some_and(|&at| at > filed)
+            || !self
+                .commerce
+                .payments
+                .get(&uuid)
+                .is_some_and(crate::commerce::payment::Payment::may_leave_memory)
+        {
+            return 0;
+        }
+        self.commerce.payments.remove(&uuid);
+        self.payment_stamps.remove(&uuid);
+        1
+    }
+
+    /// Notes that payment `uuid` changed under the current command.
+    pub(crate) fn touch_payment(&mut self, uuid: Uuid) {
+        if self.recall.evicts() {
+            self.payment_stamps.insert(uuid, self.stamp);
+            if self.touched_payments.back() != Some(&(self.stamp, uuid)) {
+                self.touched_payments.push_back((self.stamp, uuid));
+            }
+        }
+    }
+
+    /// Payments held in memory.
+    #[must_use]
+    pub fn payments_in_memory(&self) -> usize {
+        self.commerce.payments.len()
     }
 
     /// Drops every record that may leave from every wallet (after recovery, once the store
@@ -499,17 +599,30 @@ impl Shard {
             return 0;
         }
         self.touched.clear();
+        self.touched_payments.clear();
+        self.touched_payouts.clear();
+        let payments: Vec<Uuid> = self.commerce.payments.keys().copied().collect();
+        let payouts: Vec<PayoutId> = self.commerce.payouts.keys().copied().collect();
+        let payments_gone: usize = payments
+            .into_iter()
+            .map(|uuid| self.evict_payment(uuid, u64::MAX))
+            .sum::<usize>()
+            + payouts
+                .into_iter()
+                .map(|id| self.evict_payout(id, u64::MAX))
+                .sum::<usize>();
         let ids: Vec<WalletId> = self
             .wallets
             .iter()
             .filter(|wallet| wallet.has_history())
             .map(Wallet::id)
             .collect();
-        let gone: usize = ids
-            .into_iter()
-            .map(|wallet_id| self.evict_wallet(wallet_id, u64::MAX))
-            .sum();
-        gone + self.evict_all_moves()
+        payments_gone
+            + ids
+                .into_iter()
+                .map(|wallet_id| self.evict_wallet(wallet_id, u64::MAX))
+                .sum::<usize>()
+            + self.evict_all_moves()
     }
 
     fn evict_wallet(&mut self, wallet_id: WalletId, filed: u64) -> usize {

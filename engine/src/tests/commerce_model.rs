@@ -408,7 +408,7 @@ impl Run {
             assert_eq!(view.fee_amount + view.net_amount, view.amount);
         }
         for (id, status) in &self.model.payouts {
-            assert_eq!(self.h.shard.payout(*id).unwrap().status, *status);
+            assert_eq!(self.h.shard.payout(*id).unwrap().unwrap().status, *status);
         }
         for (id, status) in &self.model.settlements {
             assert_eq!(self.h.shard.settlement(*id).unwrap().status, *status);

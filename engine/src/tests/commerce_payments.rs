@@ -538,25 +538,32 @@ fn payment_lists_and_merchant_transactions() {
     use crate::shard::commerce::query::PaymentFilter;
     let all = h
         .shard
-        .payments_page(&PaymentFilter::default(), Page::default());
+        .payments_page(&PaymentFilter::default(), Page::default())
+        .unwrap();
     assert_eq!(all.total, 2);
     assert_eq!(all.records[0].uuid, pending.uuid, "newest first");
-    let completed = h.shard.payments_page(
-        &PaymentFilter {
-            status: Some(PaymentStatus::Completed),
-            ..PaymentFilter::default()
-        },
-        Page::default(),
-    );
+    let completed = h
+        .shard
+        .payments_page(
+            &PaymentFilter {
+                status: Some(PaymentStatus::Completed),
+                ..PaymentFilter::default()
+            },
+            Page::default(),
+        )
+        .unwrap();
     assert_eq!(completed.records.len(), 1);
     assert_eq!(completed.records[0].uuid, first.uuid);
-    let none = h.shard.payments_page(
-        &PaymentFilter {
-            merchant_id: Some(MERCHANT + 1),
-            ..PaymentFilter::default()
-        },
-        Page::default(),
-    );
+    let none = h
+        .shard
+        .payments_page(
+            &PaymentFilter {
+                merchant_id: Some(MERCHANT + 1),
+                ..PaymentFilter::default()
+            },
+            Page::default(),
+        )
+        .unwrap();
     assert_eq!(none.total, 0);
     // Every transaction of the merchant's wallets, debits too, newest first.
     let listed = h

@@ -219,7 +219,7 @@ fn payout_in(h: &mut Harness, wallet: WalletId, status: PayoutStatus) -> PayoutI
     for step in steps {
         h.ok(step.clone());
     }
-    assert_eq!(h.shard.payout(id).unwrap().status, status);
+    assert_eq!(h.shard.payout(id).unwrap().unwrap().status, status);
     id
 }
 
@@ -359,17 +359,21 @@ fn payout_lists_and_report() {
     let c = payout_in(&mut h, other, PayoutStatus::Pending);
     let page = h
         .shard
-        .payouts_page(&PayoutFilter::default(), Page::default());
+        .payouts_page(&PayoutFilter::default(), Page::default())
+        .unwrap();
     let ids: Vec<PayoutId> = page.records.iter().map(|p| p.id).collect();
     assert_eq!(ids, [c, b, a]);
-    let pending_of_wallet = h.shard.payouts_page(
-        &PayoutFilter {
-            wallet_id: Some(wallet),
-            status: Some(PayoutStatus::Pending),
-            business_id: Some(1),
-        },
-        Page::default(),
-    );
+    let pending_of_wallet = h
+        .shard
+        .payouts_page(
+            &PayoutFilter {
+                wallet_id: Some(wallet),
+                status: Some(PayoutStatus::Pending),
+                business_id: Some(1),
+            },
+            Page::default(),
+        )
+        .unwrap();
     assert_eq!(pending_of_wallet.total, 1);
     assert_eq!(pending_of_wallet.records[0].id, b);
     let range = ReportRange {

@@ -413,6 +413,8 @@ fn a_version_4_snapshot_derives_the_in_transit_totals_from_its_records() {
 /// A store that cannot be read.
 struct Unreadable;
 
+use crate::shard::cold::ColdResult;
+
 impl crate::shard::cold::ColdHistory for Unreadable {
     fn transaction(
         &self,
@@ -470,6 +472,37 @@ impl crate::shard::cold::ColdHistory for Unreadable {
         &self,
         _: crate::shard::moves::MoveKey,
     ) -> crate::shard::cold::ColdResult<Option<crate::shard::moves::MoveRecord>> {
+        Err("unreadable".into())
+    }
+    fn payment(&self, _: crate::Uuid) -> ColdResult<Option<crate::commerce::payment::Payment>> {
+        Err("unreadable".into())
+    }
+    fn for_each_payment(
+        &self,
+        _: crate::WalletId,
+        _: &mut dyn FnMut(&crate::commerce::payment::Payment) -> bool,
+    ) -> ColdResult<()> {
+        Err("unreadable".into())
+    }
+    fn for_each_completed_payment(
+        &self,
+        _: i64,
+        _: i64,
+        _: &mut dyn FnMut(&crate::commerce::payment::Payment) -> bool,
+    ) -> ColdResult<()> {
+        Err("unreadable".into())
+    }
+    fn payout(
+        &self,
+        _: crate::values::ids::PayoutId,
+    ) -> ColdResult<Option<crate::commerce::payout::Payout>> {
+        Err("unreadable".into())
+    }
+    fn for_each_payout(
+        &self,
+        _: crate::WalletId,
+        _: &mut dyn FnMut(&crate::commerce::payout::Payout) -> bool,
+    ) -> ColdResult<()> {
         Err("unreadable".into())
     }
 }

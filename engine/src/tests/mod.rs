@@ -22,6 +22,7 @@ mod memory;
 mod model;
 mod money_ops;
 mod moves_upgrade;
+mod payments_upgrade;
 mod refunds_reversals;
 mod replay;
 mod reports_upgrade;

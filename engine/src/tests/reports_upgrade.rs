@@ -24,7 +24,9 @@ async fn reports_of_a_store_written_before_aggregates_are_built_on_open() {
 
     let day = START_MS.div_euclid(DAY_MS);
     let store = HistoryStore::open(&dir.path().join(STORE_DIR), 1 << 20).unwrap();
+    // A store of the release before aggregates: it filed no payments and payouts either.
     store.forget_reports().unwrap();
+    store.forget_commerce().unwrap();
     assert!(store
         .report_rows(ReportKind::Transactions, None, None, (day, day))
         .is_err());
@@ -59,4 +61,35 @@ async fn reports_of_a_store_written_before_aggregates_are_built_on_open() {
     };
     assert!(engine.transaction_report(&partial).await.is_err());
     engine.shutdown().unwrap();
+}
+
+/// Aggregates are counted on open from the payments and payouts in memory, which holds them all
+/// only when the store lacks them too. A store that files them but holds no aggregates (which no
+/// build writes) is refused, naming the rebuild, instead of being reported from a partial count.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_with_payments_filed_but_no_aggregates_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(SeededClock::new(8, START_MS));
+    let engine = open(dir.path(), &clock);
+    let wallet_id = wallet(&engine).await;
+    engine.execute(deposit(wallet_id, None)).await.unwrap();
+    engine.shutdown().unwrap();
+
+    let store = HistoryStore::open(&dir.path().join(STORE_DIR), 1 << 20).unwrap();
+    store.forget_reports().unwrap();
+    store.persist().unwrap();
+    store.close();
+    drop(store);
+
+    let mut config = crate::runtime::EngineConfig::new(dir.path());
+    config.snapshot_every_records = 0;
+    let refused = crate::runtime::Engine::open(
+        config,
+        clock.clone(),
+        Arc::new(super::runtime_hardening::DebugRenderer),
+    );
+    match refused {
+        Err(error) => assert!(error.to_string().contains("--from-archive"), "{error}"),
+        Ok(_) => panic!("a store with payments filed but no aggregates was opened"),
+    }
 }

@@ -46,15 +46,24 @@ pub(super) async fn wallet(engine: &Engine) -> WalletId {
     customer_wallet(engine, 1).await
 }
 
-/// The primary YER wallet of customer `owner_id`.
+/// The primary YER wallet of customer `owner_id` (business 1).
 pub(super) async fn customer_wallet(engine: &Engine, owner_id: u64) -> WalletId {
+    owned_wallet(engine, OwnerType::Customer, owner_id, 1).await
+}
+/// A primary YER wallet of `owner_type` `owner_id` in business `business_id`.
+pub(super) async fn owned_wallet(
+    engine: &Engine,
+    owner_type: OwnerType,
+    owner_id: u64,
+    business_id: u64,
+) -> WalletId {
     let created = engine
         .execute(Command::CreateWallet(CreateWallet {
-            owner_type: OwnerType::Customer,
+            owner_type,
             owner_id,
             currency: Currency::from_code("YER").unwrap(),
             wallet_type: WalletType::Primary,
-            business_id: 1,
+            business_id,
             branch_id: 0,
             meta: None,
         }))

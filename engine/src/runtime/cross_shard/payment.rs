@@ -41,13 +41,14 @@ impl Engine {
         &self,
         uuid: Uuid,
     ) -> Result<Option<PaymentPlace>, EngineError> {
-        let merchant_shard = self.find(uuid, |s, u| s.payment(u).is_some()).await?;
+        let merchant_shard = self.find(uuid, |s, u| s.holds_payment(u)).await?;
         let found = self
             .peek_shard(merchant_shard, move |s| {
                 s.payment(uuid)
-                    .map(|payment| (payment.payer_wallet_id, payment.provider))
+                    .map(|found| found.map(|payment| (payment.payer_wallet_id, payment.provider)))
             })
-            .await?;
+            .await?
+            .map_err(|rejection| EngineError::Unavailable(rejection.to_string()))?;
         Ok(found.map(|(payer, provider)| PaymentPlace {
             merchant_shard,
             payer_shard: self.shard_of_wallet(payer),
@@ -65,7 +66,7 @@ impl Engine {
         let payment = self
             .peek_shard(place.merchant_shard, move |s| s.payment_view(payment_uuid))
             .await?;
-        // `place` found it there, and payments are never removed.
+        // `place` found it there, and payments are never deleted (a final one is read from the store).
         let payment = payment.map_err(|rejection| {
             EngineError::Unavailable(format!("payment {payment_uuid} vanished: {rejection}"))
         })?;

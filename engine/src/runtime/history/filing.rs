@@ -1,9 +1,11 @@
 //! Filing: what the indexer writes to the store for each durable event, in LSN order.
 //!
-//! It mirrors what `Shard::apply` does to a wallet's history, through the same record methods
-//! (`Transaction::mark_reversed`, `Transaction::set_refunded`, `LedgerEntry::mark_reversed`,
-//! `Hold::close`), so the store holds exactly the records the shard would show; cross-shard moves
-//! go to [`super::moves`]. Every other event leaves history alone.
+//! It mirrors what `Shard::apply` does to a wallet's history and to payments and payouts,
+//! through the same record methods (`Transaction::mark_reversed`, `Transaction::set_refunded`,
+//! `LedgerEntry::mark_reversed`, `Hold::close`, `Payment::complete`, `Payment::close`,
+//! `Payment::set_refunded`, `Payout::apply_change`), so the store holds exactly the records the
+//! shard would show; cross-shard moves go to [`super::moves`]. Every other event leaves history
+//! alone.
 //!
 //! One call files a group of records as one atomic write batch. A batch cannot read its own
 //! writes, so records changed twice within it (a transfer refunded a moment later) go through a
@@ -20,8 +22,11 @@ use super::moves::MoveOverlay;
 use super::pages::{directory_key, starts_block, Paged};
 use super::report_days::{ReportBatch, Scope};
 use super::store::{
-    counts_in, decode, encode, key2, key3, time_key, HistoryStore, Open, StoreError, INDEXED_LSN,
+    counts_in, decode, encode, key2, key3, payment_writes, payout_writes, time_key, HistoryStore,
+    Open, StoreError, Write, COMMERCE_COMPLETE, INDEXED_LSN,
 };
+use crate::commerce::payment::Payment;
+use crate::commerce::payout::Payout;
 use crate::ledger::hold::Hold;
 use crate::ledger::transaction::{Hash, LedgerEntry, Transaction};
 use crate::runtime::journal::IdempotencyRecord;
@@ -143,6 +148,10 @@ enum Kind {
     Transaction,
     Entry,
     Hold,
+    /// Keyed by the payment's uuid.
+    Payment,
+    /// Keyed by `key2(payout id, 0)`.
+    Payout,
 }
 
 struct Batch<'a> {
@@ -172,6 +181,8 @@ impl Batch<'_> {
             Kind::Transaction => &self.open.transactions,
             Kind::Entry => &self.open.entries,
             Kind::Hold => &self.open.holds,
+            Kind::Payment => &self.open.payments,
+            Kind::Payout => &self.open.payouts,
         }
     }
 
@@ -338,9 +349,108 @@ impl Batch<'_> {
                     .map_err(|reason| rule("hold", key, reason))?;
                 self.put(Kind::Hold, key2(key.0, key.1), &hold)?;
             }
+            Event::PaymentInitiated(payment) => {
+                let writes = payment_writes(self.open, payment, true)?;
+                self.file_record(Kind::Payment, payment.uuid.0, writes);
+            }
+            Event::PaymentCompleted {
+                payment_uuid,
+                merchant_transaction_id,
+                at_ms,
+            } => self.change_payment(*payment_uuid, |payment| {
+                payment.complete(*merchant_transaction_id, *at_ms)
+            })?,
+            Event::PaymentClosed {
+                payment_uuid,
+                status,
+                at_ms,
+            } => self.change_payment(*payment_uuid, |payment| payment.close(*status, *at_ms))?,
+            Event::PaymentRefundTotalChanged {
+                payment_uuid,
+                refunded_amount,
+                at_ms,
+            } => self.change_payment(*payment_uuid, |payment| {
+                payment.set_refunded(*refunded_amount, *at_ms)
+            })?,
+            Event::PayoutCreated(payout) => {
+                let writes = payout_writes(self.open, payout, true)?;
+                self.file_record(Kind::Payout, key2(payout.id.0, 0), writes);
+            }
+            Event::PayoutChanged {
+                payout_id,
+                change,
+                at_ms,
+            } => {
+                let key = payout_id.0.to_be_bytes();
+                let changed: Option<Payout> = self.change_filed(
+                    (Kind::Payout, key2(payout_id.0, 0)),
+                    &key,
+                    "payout",
+                    |payout: &mut Payout| payout.apply_change(change, *at_ms),
+                )?;
+                if let Some(payout) = changed {
+                    let writes = payout_writes(self.open, &payout, false)?;
+                    self.file_record(Kind::Payout, key2(payout_id.0, 0), writes);
+                }
+            }
             moved => self.moves.file(self.open, &mut self.writes, moved, false)?,
         }
         Ok(())
+    }
+
+    /// Writes a payment's or payout's `writes` (the record first, then its indexes), the record
+    /// also into the overlay under `key`.
+    fn file_record(&mut self, kind: Kind, key: [u8; 16], writes: Vec<Write<'_>>) {
+        for (index, (keyspace, at, value)) in writes.into_iter().enumerate() {
+            if index == 0 {
+                self.overlay
+                    .insert((kind, key), fjall::Slice::from(value.clone()));
+            }
+            self.writes.insert(keyspace, at, value);
+        }
+    }
+
+    fn change_payment(
+        &mut self,
+        uuid: crate::values::ids::Uuid,
+        change: impl FnOnce(&mut Payment) -> Result<(), &'static str>,
+    ) -> Result<(), StoreError> {
+        let changed = self.change_filed((Kind::Payment, uuid.0), &uuid.0, "payment", change)?;
+        if let Some(payment) = changed {
+            let writes = payment_writes(self.open, &payment, false)?;
+            self.file_record(Kind::Payment, uuid.0, writes);
+        }
+        Ok(())
+    }
+
+    /// A filed payment or payout (`overlay`: its place in the overlay; `key`: in its keyspace)
+    /// changed through `change`, to file again. One the store lacks is an error, except in a
+    /// store written before they were filed (no `commerce_complete` yet): recovery then files
+    /// the shards' own copy, and this answers `None`.
+    fn change_filed<T: DeserializeOwned>(
+        &self,
+        overlay: (Kind, [u8; 16]),
+        key: &[u8],
+        what: &'static str,
+        change: impl FnOnce(&mut T) -> Result<(), &'static str>,
+    ) -> Result<Option<T>, StoreError> {
+        let found = match self.overlay.get(&overlay) {
+            Some(value) => Some(value.clone()),
+            None => self.keyspace(overlay.0).get(key)?,
+        };
+        let Some(bytes) = found else {
+            if self.open.meta.get(COMMERCE_COMPLETE)?.is_none() {
+                return Ok(None);
+            }
+            return Err(StoreError::Missing {
+                what,
+                key: hex::encode(key),
+            });
+        };
+        let mut record: T = decode(what, key, &bytes)?;
+        change(&mut record)
+            .map_err(|reason| StoreError::Rule(format!("{what} {}: {reason}", hex::encode(key))))?;
+        Ok(Some(record))
     }
 
     /// The hash of a wallet's newest entry in the store, zero when it has none. Only asked when
@@ -359,5 +469,49 @@ impl Batch<'_> {
             }
             None => Ok(Hash::ZERO),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{file_batch, ChainHeads, Filed};
+    use crate::runtime::history::{HistoryStore, StoreError};
+    use crate::shard::event::Event;
+    use crate::values::ids::{TransactionId, Uuid};
+
+    /// A change to a payment the store lacks is an error once the store files payments
+    /// (`commerce_complete`): the indexer stops rather than lose it. Before (a store of an older
+    /// release, being upgraded by recovery) it is left to the recovery's filing from memory.
+    #[test]
+    fn a_change_to_a_payment_the_store_lacks_is_refused_once_payments_are_complete() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = HistoryStore::open(dir.path(), 1 << 20).unwrap();
+        // A store of an older release: no report aggregates either (they would refuse the
+        // unknown payment first).
+        store.forget_reports().unwrap();
+        let completed = || {
+            vec![Event::PaymentCompleted {
+                payment_uuid: Uuid([7; 16]),
+                merchant_transaction_id: TransactionId(1),
+                at_ms: 1,
+            }]
+        };
+        let mut heads = ChainHeads::default();
+        file_batch(&store, &[Filed::events(1, completed())], &mut heads).unwrap();
+        store
+            .file_commerce(std::iter::empty(), std::iter::empty())
+            .unwrap();
+        assert!(store.commerce_complete().unwrap());
+        let refused = file_batch(&store, &[Filed::events(2, completed())], &mut heads);
+        assert!(
+            matches!(
+                refused,
+                Err(StoreError::Missing {
+                    what: "payment",
+                    ..
+                })
+            ),
+            "{refused:?}"
+        );
     }
 }

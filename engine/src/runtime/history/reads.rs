@@ -295,7 +295,7 @@ impl Engine {
 
 /// Compares one shard's hot state with the store: per wallet the record counts, the chain (every
 /// filed entry follows the one before it, and the last is the wallet's chain head and balance),
-/// and every record still in memory against its filed version.
+/// and every record still in memory (payments and payouts included) against its filed version.
 fn compare_shard(shard: &Shard, store: &Arc<HistoryStore>) -> Result<u64, String> {
     let mut compared = 0u64;
     for wallet in shard.wallets() {
@@ -376,6 +376,24 @@ fn compare_shard(shard: &Shard, store: &Arc<HistoryStore>) -> Result<u64, String
             }
         }
         compared += held.transactions + held.entries + held.holds;
+    }
+    for payment in shard.commerce.payments.values() {
+        let stored = store
+            .payment(payment.uuid)
+            .map_err(|e| format!("payment {}: {e}", payment.uuid))?;
+        if stored.as_ref() != Some(payment) {
+            return Err(format!("payment {} differs from the store", payment.uuid));
+        }
+        compared += 1;
+    }
+    for payout in shard.commerce.payouts.values() {
+        let stored = store
+            .payout(payout.id)
+            .map_err(|e| format!("payout {}: {e}", payout.id.0))?;
+        if stored.as_ref() != Some(payout) {
+            return Err(format!("payout {} differs from the store", payout.id.0));
+        }
+        compared += 1;
     }
     Ok(compared)
 }

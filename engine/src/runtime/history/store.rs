@@ -22,6 +22,12 @@
 //! pages         wallet | kind | block           -> id            the page directory ([`super::pages`])
 //! report_days, report_subjects                  report aggregates ([`super::report_days`])
 //! moves         kind | uuid                     -> MoveRecord    finished cross-shard moves ([`super::moves`])
+//! payments      uuid                            -> Payment
+//! merchant_payments  merchant wallet | payment id -> uuid      a merchant's payments, oldest first
+//! payment_times completed_at | payment id       -> uuid          completed payments by date (fees)
+//! payouts       payout id                       -> Payout
+//! wallet_payouts wallet | payout id             -> ()            a wallet's payouts, oldest first
+//! meta          "commerce_complete"             -> ()            every payment and payout is filed
 //! ```
 //!
 //! An entry is stored with the hash of the entry before it, so a page of the statement shows each
@@ -43,16 +49,21 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use super::pages::{newest_first_raw, Paged};
+use crate::commerce::payment::Payment;
+use crate::commerce::payout::Payout;
 use crate::ledger::hold::Hold;
 use crate::ledger::transaction::{Hash, LedgerEntry, Transaction};
 use crate::shard::cold::ColdResult;
-use crate::values::ids::{EntryId, HoldId, TransactionId, Uuid, WalletId};
+use crate::values::ids::{EntryId, HoldId, PayoutId, TransactionId, Uuid, WalletId};
 
 /// First byte of every stored value; a new layout takes a new number and keeps a reader for the
 /// old one.
 pub const VALUE_FORMAT: u8 = 1;
 
 pub(crate) const INDEXED_LSN: &[u8] = b"indexed_lsn";
+/// Present once every payment and payout of the log is filed (absent: a store written before they
+/// were, completed by recovery from the shards' memory).
+pub(crate) const COMMERCE_COMPLETE: &[u8] = b"commerce_complete";
 
 /// The store's directory in a data directory.
 pub const STORE_DIR: &str = "history";
@@ -199,11 +210,16 @@ pub(crate) struct Open {
     /// filing leaves them alone and reports are refused.
     pub(crate) reports: std::sync::atomic::AtomicBool,
     pub(crate) moves: fjall::Keyspace,
+    pub(crate) payments: fjall::Keyspace,
+    pub(crate) merchant_payments: fjall::Keyspace,
+    pub(crate) payment_times: fjall::Keyspace,
+    pub(crate) payouts: fjall::Keyspace,
+    pub(crate) wallet_payouts: fjall::Keyspace,
 }
 
 impl Open {
     /// Every keyspace with the memtable size at which the indexer seals it.
-    fn keyspaces(&self) -> [(&fjall::Keyspace, u64); 14] {
+    fn keyspaces(&self) -> [(&fjall::Keyspace, u64); 19] {
         const LARGE: u64 = 16 << 20;
         const SMALL: u64 = 8 << 20;
         [
@@ -221,6 +237,11 @@ impl Open {
             (&self.report_days, SMALL),
             (&self.report_subjects, SMALL),
             (&self.moves, SMALL),
+            (&self.payments, LARGE),
+            (&self.merchant_payments, SMALL),
+            (&self.payment_times, SMALL),
+            (&self.payouts, SMALL),
+            (&self.wallet_payouts, SMALL),
         ]
     }
 }
@@ -290,6 +311,11 @@ impl HistoryStore {
             report_subjects: keyspace("report_subjects")?,
             reports: std::sync::atomic::AtomicBool::new(false),
             moves: keyspace("moves")?,
+            payments: keyspace("payments")?,
+            merchant_payments: keyspace("merchant_payments")?,
+            payment_times: keyspace("payment_times")?,
+            payouts: keyspace("payouts")?,
+            wallet_payouts: keyspace("wallet_payouts")?,
             db,
         };
         super::pages::complete_directory(&open)?;
@@ -615,6 +641,123 @@ impl HistoryStore {
         self.with(|open| oldest_first(&open.transactions, wallet_id, "transaction", visit))
     }
 
+    /// The payment with this uuid.
+    pub fn payment(&self, uuid: Uuid) -> Result<Option<Payment>, StoreError> {
+        self.with(|open| get(&open.payments, uuid.0, "payment"))
+    }
+
+    /// Visits every payment to merchant wallet `merchant`, oldest first, until `visit` returns
+    /// false.
+    pub fn for_each_payment(
+        &self,
+        merchant: WalletId,
+        visit: &mut dyn FnMut(&Payment) -> bool,
+    ) -> Result<(), StoreError> {
+        let w = merchant.0;
+        self.with(|open| {
+            payments_by(
+                open,
+                open.merchant_payments.range(key2(w, 0)..=key2(w, u64::MAX)),
+                visit,
+            )
+        })
+    }
+
+    /// Visits every payment that completed within `from_ms..=to_ms`, until `visit` returns
+    /// false.
+    pub fn for_each_completed_payment(
+        &self,
+        from_ms: i64,
+        to_ms: i64,
+        visit: &mut dyn FnMut(&Payment) -> bool,
+    ) -> Result<(), StoreError> {
+        let (low, high) = (key2(time_key(from_ms), 0), key2(time_key(to_ms), u64::MAX));
+        self.with(|open| payments_by(open, open.payment_times.range(low..=high), visit))
+    }
+
+    /// The payout with this id.
+    pub fn payout(&self, id: PayoutId) -> Result<Option<Payout>, StoreError> {
+        self.with(|open| get(&open.payouts, id.0.to_be_bytes(), "payout"))
+    }
+
+    /// Visits every payout of wallet `wallet`, oldest first, until `visit` returns false.
+    pub fn for_each_payout(
+        &self,
+        wallet: WalletId,
+        visit: &mut dyn FnMut(&Payout) -> bool,
+    ) -> Result<(), StoreError> {
+        let w = wallet.0;
+        self.with(|open| {
+            for guard in open.wallet_payouts.range(key2(w, 0)..=key2(w, u64::MAX)) {
+                let key = guard.key()?;
+                let [_, id] = numbers::<2>("wallet payout", &key)?;
+                let payout: Payout =
+                    get(&open.payouts, id.to_be_bytes(), "payout")?.ok_or(StoreError::Missing {
+                        what: "payout",
+                        key: id.to_string(),
+                    })?;
+                if !visit(&payout) {
+                    break;
+                }
+            }
+            Ok(())
+        })
+    }
+
+    /// Forgets every filed payment and payout and the `commerce_complete` mark, as a store
+    /// written before they were filed (tests).
+    #[cfg(test)]
+    pub(crate) fn forget_commerce(&self) -> Result<(), StoreError> {
+        self.with(|open| {
+            let mut writes = open.db.batch();
+            for keyspace in [
+                &open.payments,
+                &open.merchant_payments,
+                &open.payment_times,
+                &open.payouts,
+                &open.wallet_payouts,
+            ] {
+                for item in keyspace.iter() {
+                    writes.remove(keyspace, item.key()?.to_vec());
+                }
+            }
+            writes.remove(&open.meta, COMMERCE_COMPLETE);
+            writes.commit()?;
+            Ok(())
+        })
+    }
+
+    /// Whether every payment and payout of the log is filed: a store written before they were
+    /// lacks them until recovery files the shards' ([`HistoryStore::file_commerce`]).
+    pub fn commerce_complete(&self) -> Result<bool, StoreError> {
+        self.with(|open| Ok(open.meta.get(COMMERCE_COMPLETE)?.is_some()))
+    }
+
+    /// Files `payments` and `payouts` as they are (the shards' latest versions) and marks the
+    /// store complete, in one write batch. Not durable by itself.
+    pub fn file_commerce<'a>(
+        &self,
+        payments: impl Iterator<Item = &'a Payment>,
+        payouts: impl Iterator<Item = &'a Payout>,
+    ) -> Result<(), StoreError> {
+        self.with(|open| {
+            let mut writes = open.db.batch();
+            for payment in payments {
+                for (keyspace, key, value) in payment_writes(open, payment, true)? {
+                    writes.insert(keyspace, key, value);
+                }
+            }
+            for payout in payouts {
+                for (keyspace, key, value) in payout_writes(open, payout, true)? {
+                    writes.insert(keyspace, key, value);
+                }
+            }
+            writes.insert(&open.meta, COMMERCE_COMPLETE, Vec::new());
+            writes.commit()?;
+            Ok(())
+        })
+    }
+
     /// Visits every hold of a wallet, oldest first.
     pub fn for_each_hold(
         &self,
@@ -640,6 +783,70 @@ fn oldest_first<T: DeserializeOwned>(
         count += 1;
     }
     Ok(count)
+}
+
+/// Visits the payments an index range names (values: payment uuids), in key order.
+fn payments_by(
+    open: &Open,
+    range: impl Iterator<Item = fjall::Guard>,
+    visit: &mut dyn FnMut(&Payment) -> bool,
+) -> Result<(), StoreError> {
+    for guard in range {
+        let (key, uuid) = guard.into_inner()?;
+        let payment: Payment =
+            get(&open.payments, &uuid, "payment")?.ok_or_else(|| StoreError::Missing {
+                what: "payment",
+                key: hex::encode(&key),
+            })?;
+        if !visit(&payment) {
+            break;
+        }
+    }
+    Ok(())
+}
+
+/// One insert of a write batch: keyspace, key, value.
+pub(crate) type Write<'a> = (&'a fjall::Keyspace, Vec<u8>, Vec<u8>);
+
+/// What filing `payment` writes: the record, its merchant index and (once completed) its date
+/// index; `new` adds the merchant index (written once, when the payment is initiated).
+pub(crate) fn payment_writes<'a>(
+    open: &'a Open,
+    payment: &Payment,
+    new: bool,
+) -> Result<Vec<Write<'a>>, StoreError> {
+    let uuid = payment.uuid.0.to_vec();
+    let mut writes = vec![(&open.payments, uuid.clone(), encode(payment)?)];
+    if new {
+        let key = key2(payment.merchant_wallet_id.0, payment.id.0);
+        writes.push((&open.merchant_payments, key.to_vec(), uuid.clone()));
+    }
+    if let Some(at) = payment
+        .completed_at_ms
+        .filter(|_| payment.status.is_completed())
+    {
+        let key = key2(time_key(at), payment.id.0);
+        writes.push((&open.payment_times, key.to_vec(), uuid));
+    }
+    Ok(writes)
+}
+
+/// What filing `payout` writes: the record and (`new`) its wallet index.
+pub(crate) fn payout_writes<'a>(
+    open: &'a Open,
+    payout: &Payout,
+    new: bool,
+) -> Result<Vec<Write<'a>>, StoreError> {
+    let mut writes = vec![(
+        &open.payouts,
+        payout.id.0.to_be_bytes().to_vec(),
+        encode(payout)?,
+    )];
+    if new {
+        let key = key2(payout.wallet_id.0, payout.id.0);
+        writes.push((&open.wallet_payouts, key.to_vec(), Vec::new()));
+    }
+    Ok(writes)
 }
 
 pub(crate) fn get<T: DeserializeOwned>(
@@ -720,6 +927,40 @@ impl crate::shard::cold::ColdHistory for HistoryStore {
         })
         .map(drop)
         .map_err(|e| e.to_string())
+    }
+
+    fn payment(&self, uuid: Uuid) -> ColdResult<Option<Payment>> {
+        HistoryStore::payment(self, uuid).map_err(|e| e.to_string())
+    }
+
+    fn for_each_payment(
+        &self,
+        merchant: WalletId,
+        visit: &mut dyn FnMut(&Payment) -> bool,
+    ) -> ColdResult<()> {
+        HistoryStore::for_each_payment(self, merchant, visit).map_err(|e| e.to_string())
+    }
+
+    fn for_each_completed_payment(
+        &self,
+        from_ms: i64,
+        to_ms: i64,
+        visit: &mut dyn FnMut(&Payment) -> bool,
+    ) -> ColdResult<()> {
+        HistoryStore::for_each_completed_payment(self, from_ms, to_ms, visit)
+            .map_err(|e| e.to_string())
+    }
+
+    fn payout(&self, id: PayoutId) -> ColdResult<Option<Payout>> {
+        HistoryStore::payout(self, id).map_err(|e| e.to_string())
+    }
+
+    fn for_each_payout(
+        &self,
+        wallet: WalletId,
+        visit: &mut dyn FnMut(&Payout) -> bool,
+    ) -> ColdResult<()> {
+        HistoryStore::for_each_payout(self, wallet, visit).map_err(|e| e.to_string())
     }
 
     fn for_each_entry_after(

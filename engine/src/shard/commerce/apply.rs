@@ -8,11 +8,10 @@ use crate::commerce::payment::{
     IncomingPaymentCredit, Payment, PaymentLink, PaymentMoveKind, PaymentReservation,
     PaymentStatus, QrCode, RefusedPaymentCredit,
 };
-use crate::commerce::payout::{
-    Payout, PayoutAttempt, PayoutAttemptStatus, PayoutChange, Settlement, SettlementChange, Stamp,
-};
+use crate::commerce::payout::{Payout, PayoutChange, Settlement, SettlementChange, Stamp};
 use crate::ledger::hold::HoldStatus;
 use crate::ledger::transfer::TransferState;
+use crate::shard::cold::Recall;
 use crate::shard::event::Event;
 use crate::shard::moves::MoveKey;
 use crate::shard::state::Shard;
@@ -34,45 +33,39 @@ impl Shard {
                 at_ms,
             } => {
                 let payment = self.payment_for_apply(*payment_uuid)?;
-                if payment.status != PaymentStatus::Pending {
-                    return Err(ApplyError::new(
-                        "only a pending payment closes",
-                        payment.id.0,
-                    ));
-                }
-                payment.status = *status;
-                payment.closed_at_ms = Some(*at_ms);
-                payment.updated_at_ms = *at_ms;
-                Ok(())
+                let id = payment.id.0;
+                payment
+                    .close(*status, *at_ms)
+                    .map_err(|reason| ApplyError::new(reason, id))
             }
             Event::PaymentRefundTotalChanged {
                 payment_uuid,
                 refunded_amount,
                 at_ms,
-            } => {
-                let payment = self.payment_for_apply(*payment_uuid)?;
-                if !payment.status.is_completed() || *refunded_amount > payment.amount {
-                    return Err(ApplyError::new(
-                        "refunds of a payment that is not completed, or above its amount",
-                        payment.id.0,
-                    ));
+            } => match self.payment_for_change(*payment_uuid)? {
+                Some(payment) => {
+                    let id = payment.id.0;
+                    payment
+                        .set_refunded(*refunded_amount, *at_ms)
+                        .map_err(|reason| ApplyError::new(reason, id))
                 }
-                payment.refunded_amount = *refunded_amount;
-                payment.status = PaymentStatus::after_refunds(payment.amount, *refunded_amount);
-                payment.updated_at_ms = *at_ms;
-                Ok(())
-            }
+                // Replaying a payment that left memory: the store's filing changes it.
+                None => Ok(()),
+            },
             Event::PaymentLinkCreated(link) => self.apply_link_created(link),
             Event::PaymentLinkUsed {
                 link_uuid,
                 payment_uuid,
                 at_ms,
             } => {
+                // Replay drops a completed payment after its record; within it, it is here.
                 let completed = self
                     .commerce
                     .payments
                     .get(payment_uuid)
-                    .is_some_and(|payment| payment.status.is_completed());
+                    .map_or(matches!(self.recall, Recall::Replay), |payment| {
+                        payment.status.is_completed()
+                    });
                 let link = self
                     .commerce
                     .links
@@ -121,11 +114,36 @@ impl Shard {
         }
     }
 
+    /// A pending payment (always in memory), to change under the current command.
     fn payment_for_apply(&mut self, uuid: Uuid) -> Result<&mut Payment, ApplyError> {
+        if !self.commerce.payments.contains_key(&uuid) {
+            return Err(ApplyError::new("unknown payment", 0));
+        }
+        self.touch_payment(uuid);
         self.commerce
             .payments
             .get_mut(&uuid)
             .ok_or(ApplyError::new("unknown payment", 0))
+    }
+
+    /// Payment `uuid`, to change under the current command: in memory, or recalled from the
+    /// store into memory (`Recall::Store`); `None` while replaying if it is not in memory (the
+    /// store's own filing of the event changes it). As `transaction_for_change`.
+    fn payment_for_change(&mut self, uuid: Uuid) -> Result<Option<&mut Payment>, ApplyError> {
+        if !self.commerce.payments.contains_key(&uuid) {
+            match &self.recall {
+                Recall::Keep => return Err(ApplyError::new("unknown payment", 0)),
+                Recall::Replay => return Ok(None),
+                Recall::Store(store) => {
+                    let filed = store
+                        .payment(uuid)
+                        .map_err(|_| ApplyError::new("the history store could not be read", 0))?
+                        .ok_or(ApplyError::new("unknown payment", 0))?;
+                    self.commerce.payments.insert(uuid, filed);
+                }
+            }
+        }
+        self.payment_for_apply(uuid).map(Some)
     }
 
     /// Whether `wallet_id` is a client wallet of this shard in `currency` with `transaction_id`
@@ -166,6 +184,7 @@ impl Shard {
             return Err(ApplyError::new("payment's link unknown", id));
         }
         self.commerce.payments.insert(payment.uuid, payment.clone());
+        self.touch_payment(payment.uuid);
         self.commerce.next_payment_seq = next;
         Ok(())
     }
@@ -194,11 +213,10 @@ impl Shard {
             ));
         }
         let payment = self.payment_for_apply(uuid)?;
-        payment.status = PaymentStatus::Completed;
-        payment.merchant_transaction_id = Some(merchant_transaction_id);
-        payment.completed_at_ms = Some(at_ms);
-        payment.updated_at_ms = at_ms;
-        Ok(())
+        let id = payment.id.0;
+        payment
+            .complete(merchant_transaction_id, at_ms)
+            .map_err(|reason| ApplyError::new(reason, id))
     }
 
     fn apply_link_created(&mut self, link: &PaymentLink) -> Result<(), ApplyError> {
@@ -363,6 +381,7 @@ impl Shard {
             .payout_holds
             .insert(payout.hold_id, payout.id);
         self.commerce.payouts.insert(payout.id, payout.clone());
+        self.touch_payout(payout.id);
         self.commerce.next_payout_seq = next;
         Ok(())
     }
@@ -406,68 +425,15 @@ impl Shard {
                 id,
             ));
         }
+        self.touch_payout(payout_id);
         let payout = self
             .commerce
             .payouts
             .get_mut(&payout_id)
             .ok_or(ApplyError::new("unknown payout", id))?;
-        payout.status = next;
-        payout.updated_at_ms = at_ms;
-        match change {
-            PayoutChange::Approved { by, notes } => {
-                payout.approved = Some(Stamp { by: *by, at_ms });
-                payout.approval_notes.clone_from(notes);
-            }
-            PayoutChange::Rejected { by, reason } => {
-                payout.rejected = Some(Stamp { by: *by, at_ms });
-                payout.rejection_reason = Some(reason.clone());
-            }
-            PayoutChange::Cancelled { by } => payout.cancelled = Some(Stamp { by: *by, at_ms }),
-            PayoutChange::Executed { by, transaction_id } => {
-                payout.executed = Some(Stamp { by: *by, at_ms });
-                payout.transaction_id = Some(*transaction_id);
-                let number = u32::try_from(payout.attempts.len())
-                    .unwrap_or(u32::MAX)
-                    .saturating_add(1);
-                // Our reference for the provider, until its result brings its own; derived from
-                // stored state, so replay derives the same one.
-                let provider_ref = format!("po_{}_{number}", payout.uuid).into_boxed_str();
-                payout.attempts.push(PayoutAttempt {
-                    number,
-                    status: PayoutAttemptStatus::Submitted,
-                    submitted_at_ms: at_ms,
-                    completed_at_ms: None,
-                    provider_ref: Some(provider_ref),
-                });
-            }
-            PayoutChange::Paid { provider_ref } | PayoutChange::Failed { provider_ref, .. } => {
-                let succeeded = matches!(change, PayoutChange::Paid { .. });
-                if succeeded {
-                    payout.paid_at_ms = Some(at_ms);
-                } else {
-                    payout.failed_at_ms = Some(at_ms);
-                }
-                if let PayoutChange::Failed {
-                    return_transaction_id,
-                    ..
-                } = change
-                {
-                    payout.return_transaction_id = Some(*return_transaction_id);
-                }
-                if let Some(attempt) = payout.attempts.last_mut() {
-                    attempt.status = if succeeded {
-                        PayoutAttemptStatus::Succeeded
-                    } else {
-                        PayoutAttemptStatus::Failed
-                    };
-                    attempt.completed_at_ms = Some(at_ms);
-                    if provider_ref.is_some() {
-                        attempt.provider_ref.clone_from(provider_ref);
-                    }
-                }
-            }
-        }
-        Ok(())
+        payout
+            .apply_change(change, at_ms)
+            .map_err(|reason| ApplyError::new(reason, id))
     }
 
     fn apply_settlement_created(&mut self, settlement: &Settlement) -> Result<(), ApplyError> {

@@ -46,11 +46,12 @@ impl Shard {
             .ok_or(Rejection::LimitExceeded("id sequence exhausted"))
     }
 
-    pub(crate) fn find_payment(&self, uuid: Uuid) -> Result<&Payment, Rejection> {
-        self.commerce
-            .payments
-            .get(&uuid)
-            .ok_or(Rejection::NotFound("payment"))
+    /// The payment with this uuid, from memory or the store.
+    pub(crate) fn find_payment(
+        &self,
+        uuid: Uuid,
+    ) -> Result<std::borrow::Cow<'_, Payment>, Rejection> {
+        self.payment(uuid)?.ok_or(Rejection::NotFound("payment"))
     }
 
     pub(crate) fn decide_initiate_payment(
@@ -178,9 +179,9 @@ impl Shard {
                 "a sandbox payment completes on its provider's result",
             ));
         }
-        self.check_completable(payment)?;
+        self.check_completable(&payment)?;
         check_spendable(payer, payment.amount)?;
-        self.post_completion(draft, payment, merchant, Funding::Payer(payer.id()))?;
+        self.post_completion(draft, &payment, merchant, Funding::Payer(payer.id()))?;
         Ok(())
     }
 
@@ -319,8 +320,8 @@ impl Shard {
                 "a wallet payment completes on confirm",
             ));
         }
-        self.check_completable(payment)?;
-        self.post_completion(draft, payment, merchant, Funding::Float)?;
+        self.check_completable(&payment)?;
+        self.post_completion(draft, &payment, merchant, Funding::Float)?;
         Ok(())
     }
 
@@ -373,7 +374,7 @@ impl Shard {
         check_spendable(merchant, amount)?;
 
         let kind = TransactionType::PaymentRefund;
-        let text = payment_text(payment, reason.or_else(|| payment.description.clone()));
+        let text = payment_text(&payment, reason.or_else(|| payment.description.clone()));
         let mut debit = TxSpec::new(merchant.id(), kind, Direction::Debit, amount, text.clone());
         debit.counterparty_wallet_id = Some(payment.payer_wallet_id);
         debit.transfer_uuid = Some(payment.uuid);

@@ -142,8 +142,8 @@ impl Shard {
                         "a sandbox payment completes on its provider's result",
                     ));
                 }
-                self.check_completable(payment)?;
-                self.post_completion(draft, payment, target, Funding::InTransit)?
+                self.check_completable(&payment)?;
+                self.post_completion(draft, &payment, target, Funding::InTransit)?
             }
             PaymentMoveKind::Refund => {
                 if target.currency() != request.currency {

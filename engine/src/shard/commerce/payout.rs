@@ -28,11 +28,12 @@ fn required_reason(reason: &str) -> Result<Box<str>, Rejection> {
 }
 
 impl Shard {
-    pub(crate) fn find_payout(&self, payout_id: PayoutId) -> Result<&Payout, Rejection> {
-        self.commerce
-            .payouts
-            .get(&payout_id)
-            .ok_or(Rejection::NotFound("payout"))
+    /// The payout with this id, from memory or the store.
+    pub(crate) fn find_payout(
+        &self,
+        payout_id: PayoutId,
+    ) -> Result<std::borrow::Cow<'_, Payout>, Rejection> {
+        self.payout(payout_id)?.ok_or(Rejection::NotFound("payout"))
     }
 
     pub(crate) fn find_settlement(
@@ -138,7 +139,7 @@ impl Shard {
     ) -> Result<(), Rejection> {
         let notes = bounded_text(notes)?;
         let payout = self.find_payout(payout_id)?;
-        Self::check_payout_move(payout, PayoutStatus::Approved)?;
+        Self::check_payout_move(&payout, PayoutStatus::Approved)?;
         if payout.created.by == by {
             return Err(Rejection::FourEyes);
         }
@@ -164,7 +165,7 @@ impl Shard {
             Some(reason) => PayoutChange::Rejected { by, reason },
             None => PayoutChange::Cancelled { by },
         };
-        Self::check_payout_move(payout, change.status())?;
+        Self::check_payout_move(&payout, change.status())?;
         let now_ms = draft.now_ms();
         draft.push(Event::HoldClosed {
             wallet_id: payout.wallet_id,
@@ -191,7 +192,7 @@ impl Shard {
         let payout = self.find_payout(payout_id)?;
         let wallet = self.client_wallet(payout.wallet_id)?;
         check_not_frozen(wallet)?;
-        Self::check_payout_move(payout, PayoutStatus::Executed)?;
+        Self::check_payout_move(&payout, PayoutStatus::Executed)?;
         let clearing = draft.system_account(payout.currency, WalletType::PayoutClearing)?;
         let kind = TransactionType::Payout;
         let text = TransactionText {
@@ -239,7 +240,7 @@ impl Shard {
         } else {
             PayoutStatus::Failed
         };
-        Self::check_payout_move(payout, next)?;
+        Self::check_payout_move(&payout, next)?;
         let change = if result.succeeded {
             PayoutChange::Paid { provider_ref }
         } else {

@@ -4,6 +4,8 @@
 //! each shard pages its own records; the API merges (a record lives on exactly one shard: its
 //! wallet's).
 
+use std::borrow::Cow;
+
 use crate::commerce::payment::{
     IncomingPaymentCredit, Payment, PaymentLink, PaymentReservation, PaymentStatus, QrCode,
     RefusedPaymentCredit,
@@ -12,7 +14,8 @@ use crate::commerce::payout::{Payout, PayoutStatus, Settlement, SettlementStatus
 use crate::commerce::view::{PaymentLinkView, PaymentView, PayoutView, QrView, SettlementView};
 use crate::ledger::transfer::TransferState;
 use crate::ledger::view::{TransactionView, WalletView};
-use crate::ledger::wallet::OwnerType;
+use crate::ledger::wallet::{OwnerType, Wallet};
+use crate::shard::cold::{ColdHistory, ColdResult};
 use crate::shard::command::{paginate, Page, Paged};
 use crate::shard::state::Shard;
 use crate::values::error::Rejection;
@@ -47,40 +50,114 @@ fn matches<T: PartialEq>(filter: Option<T>, value: T) -> bool {
 }
 
 impl Shard {
+    /// The payment with this uuid, if on this shard: in memory or, once it left, in the history
+    /// store (which holds every shard's).
+    pub fn payment(&self, uuid: Uuid) -> Result<Option<Cow<'_, Payment>>, Rejection> {
+        let found = self.hot_or_filed(self.commerce.payments.get(&uuid), |store| {
+            store.payment(uuid)
+        })?;
+        Ok(found.filter(|payment| self.owns(payment.merchant_wallet_id)))
+    }
+
+    /// Whether this shard holds the payment with this uuid; a store that cannot answer says yes,
+    /// so the request is routed here and refused as unavailable rather than as not found.
     #[must_use]
-    pub fn payment(&self, uuid: Uuid) -> Option<&Payment> {
-        self.commerce.payments.get(&uuid)
+    pub fn holds_payment(&self, uuid: Uuid) -> bool {
+        !matches!(self.payment(uuid), Ok(None))
     }
 
     /// The payment with this uuid (`PaymentResult` source).
     pub fn payment_view(&self, uuid: Uuid) -> Result<PaymentView, Rejection> {
-        let payment = self.payment(uuid).ok_or(Rejection::NotFound("payment"))?;
-        Ok(PaymentView::of(self, payment))
+        let payment = self.payment(uuid)?.ok_or(Rejection::NotFound("payment"))?;
+        Ok(PaymentView::of(self, &payment))
     }
 
-    /// Payments, newest first.
-    #[must_use]
-    pub fn payments_page(&self, filter: &PaymentFilter, page: Page) -> Paged<PaymentView> {
-        let mut payments: Vec<&Payment> = self
-            .commerce
-            .payments
-            .values()
-            .filter(|payment| {
-                matches(filter.merchant_id, payment.merchant_id)
+    /// Every payment of this shard to merchant wallets that `wanted` accepts (memory and store
+    /// merged, memory's version winning), in no particular order, until `visit` returns false.
+    pub fn for_each_payment(
+        &self,
+        wanted: impl Fn(&Wallet) -> bool,
+        visit: impl FnMut(&Payment) -> bool,
+    ) -> Result<(), Rejection> {
+        self.for_each_merged(
+            self.commerce.payments.values(),
+            (
+                |payment: &Payment| payment.merchant_wallet_id,
+                |payment: &Payment| self.commerce.payments.contains_key(&payment.uuid),
+            ),
+            wanted,
+            |store, wallet, visit| store.for_each_payment(wallet, visit),
+            visit,
+        )
+    }
+
+    /// Records of this shard's wallets that `wanted` accepts: those in memory (`hot`), then
+    /// each wanted wallet's filed ones (`filed`) that memory does not hold, until `visit`
+    /// returns false. `(wallet_of, held)`: a record's wallet, and whether memory holds it.
+    fn for_each_merged<'a, T: 'a>(
+        &self,
+        hot: impl Iterator<Item = &'a T>,
+        (wallet_of, held): (impl Fn(&T) -> WalletId, impl Fn(&T) -> bool),
+        wanted: impl Fn(&Wallet) -> bool,
+        filed: impl Fn(&dyn ColdHistory, WalletId, &mut dyn FnMut(&T) -> bool) -> ColdResult<()>,
+        mut visit: impl FnMut(&T) -> bool,
+    ) -> Result<(), Rejection> {
+        for record in hot {
+            if self.wallet(wallet_of(record)).is_some_and(&wanted) && !visit(record) {
+                return Ok(());
+            }
+        }
+        let Some(store) = self.recall.store() else {
+            return Ok(());
+        };
+        let mut going = true;
+        for wallet in self.wallets.iter().filter(|w| !w.is_system() && wanted(w)) {
+            filed(store, wallet.id(), &mut |record| {
+                if !held(record) {
+                    going = visit(record);
+                }
+                going
+            })
+            .map_err(|e| crate::shard::cold::unavailable(&e))?;
+            if !going {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// Payments, newest first (memory and store merged).
+    pub fn payments_page(
+        &self,
+        filter: &PaymentFilter,
+        page: Page,
+    ) -> Result<Paged<PaymentView>, Rejection> {
+        let mut payments: Vec<Payment> = Vec::new();
+        self.for_each_payment(
+            |wallet| {
+                matches(filter.merchant_wallet_id, wallet.id())
+                    && matches(filter.merchant_id, wallet.business_id())
+            },
+            |payment| {
+                if matches(filter.merchant_id, payment.merchant_id)
                     && matches(filter.merchant_wallet_id, payment.merchant_wallet_id)
                     && matches(filter.status, payment.status)
-            })
-            .collect();
+                {
+                    payments.push(payment.clone());
+                }
+                true
+            },
+        )?;
         payments.sort_unstable_by_key(|payment| std::cmp::Reverse(payment.id));
-        let paged = paginate(payments.into_iter(), page);
-        Paged {
+        let paged = paginate(payments.iter(), page);
+        Ok(Paged {
             records: paged
                 .records
                 .into_iter()
                 .map(|payment| PaymentView::of(self, payment))
                 .collect(),
             total: paged.total,
-        }
+        })
     }
 
     #[must_use]
@@ -106,35 +183,72 @@ impl Shard {
             .ok_or(Rejection::NotFound("qr"))
     }
 
-    #[must_use]
-    pub fn payout(&self, payout_id: PayoutId) -> Option<&Payout> {
-        self.commerce.payouts.get(&payout_id)
+    /// The payout with this id, if on this shard: in memory or, once it left, in the store.
+    pub fn payout(&self, payout_id: PayoutId) -> Result<Option<Cow<'_, Payout>>, Rejection> {
+        let found = self.hot_or_filed(self.commerce.payouts.get(&payout_id), |store| {
+            store.payout(payout_id)
+        })?;
+        Ok(found.filter(|payout| self.owns(payout.wallet_id)))
     }
 
     pub fn payout_view(&self, payout_id: PayoutId) -> Result<PayoutView, Rejection> {
         let payout = self
-            .payout(payout_id)
+            .payout(payout_id)?
             .ok_or(Rejection::NotFound("payout"))?;
-        Ok(PayoutView::of(self, payout))
+        Ok(PayoutView::of(self, &payout))
     }
 
-    /// Payouts, newest first.
-    #[must_use]
-    pub fn payouts_page(&self, filter: &PayoutFilter, page: Page) -> Paged<PayoutView> {
-        let matching = self.commerce.payouts.values().rev().filter(|payout| {
-            matches(filter.wallet_id, payout.wallet_id)
-                && matches(filter.status, payout.status)
-                && matches(filter.business_id, payout.business_id)
-        });
-        let paged = paginate(matching, page);
-        Paged {
+    /// Every payout of this shard's wallets that `wanted` accepts (memory and store merged,
+    /// memory's version winning), in no particular order, until `visit` returns false.
+    pub fn for_each_payout(
+        &self,
+        wanted: impl Fn(&Wallet) -> bool,
+        visit: impl FnMut(&Payout) -> bool,
+    ) -> Result<(), Rejection> {
+        self.for_each_merged(
+            self.commerce.payouts.values(),
+            (
+                |payout: &Payout| payout.wallet_id,
+                |payout: &Payout| self.commerce.payouts.contains_key(&payout.id),
+            ),
+            wanted,
+            |store, wallet, visit| store.for_each_payout(wallet, visit),
+            visit,
+        )
+    }
+
+    /// Payouts, newest first (memory and store merged).
+    pub fn payouts_page(
+        &self,
+        filter: &PayoutFilter,
+        page: Page,
+    ) -> Result<Paged<PayoutView>, Rejection> {
+        let mut matching: Vec<Payout> = Vec::new();
+        self.for_each_payout(
+            |wallet| {
+                matches(filter.wallet_id, wallet.id())
+                    && matches(filter.business_id, wallet.business_id())
+            },
+            |payout| {
+                if matches(filter.wallet_id, payout.wallet_id)
+                    && matches(filter.status, payout.status)
+                    && matches(filter.business_id, payout.business_id)
+                {
+                    matching.push(payout.clone());
+                }
+                true
+            },
+        )?;
+        matching.sort_unstable_by_key(|payout| std::cmp::Reverse(payout.id));
+        let paged = paginate(matching.iter(), page);
+        Ok(Paged {
             records: paged
                 .records
                 .into_iter()
                 .map(|payout| PayoutView::of(self, payout))
                 .collect(),
             total: paged.total,
-        }
+        })
     }
 
     #[must_use]

@@ -210,37 +210,73 @@ fn tally<K: Ord>(tally: &mut Tally<K>, key: K, amount: Decimal) {
 }
 
 impl Shard {
-    /// Fees of the payments that completed in the range.
+    /// Fees of the payments that completed in the range (a store that cannot be read is
+    /// logged and leaves its payments out: see [`Shard::fee_report_checked`]).
     #[must_use]
     pub fn fee_report(&self, range: &ReportRange) -> Vec<FeeRow> {
+        self.fee_report_checked(range).unwrap_or_default()
+    }
+
+    /// Fees of the payments that completed in the range: those in memory, then the filed ones
+    /// from the store's date index of completed payments.
+    pub fn fee_report_checked(&self, range: &ReportRange) -> Result<Vec<FeeRow>, Rejection> {
         let mut rows: Tally<Currency> = BTreeMap::new();
-        for payment in self.commerce.payments.values() {
+        let mut count = |payment: &crate::commerce::payment::Payment| {
             let completed = payment
                 .completed_at_ms
                 .filter(|_| payment.status.is_completed());
             if completed.is_some_and(|at| range.covers(at, payment.merchant_id, payment.currency)) {
                 tally(&mut rows, payment.currency, payment.fee_amount);
             }
+        };
+        for payment in self.commerce.payments.values() {
+            count(payment);
         }
-        rows.into_iter()
+        if let Some(store) = self.recall.store() {
+            store
+                .for_each_completed_payment(range.from_ms, range.to_ms, &mut |payment| {
+                    if self.owns(payment.merchant_wallet_id)
+                        && !self.commerce.payments.contains_key(&payment.uuid)
+                    {
+                        count(payment);
+                    }
+                    true
+                })
+                .map_err(|e| crate::shard::cold::unavailable(&e))?;
+        }
+        Ok(rows
+            .into_iter()
             .map(|(currency, (count, total_fees))| FeeRow {
                 currency,
                 total_fees,
                 count,
             })
-            .collect()
+            .collect())
     }
 
     /// Payouts created in the range, by status and currency.
     #[must_use]
     pub fn payout_report(&self, range: &ReportRange) -> Vec<StatusRow<PayoutStatus>> {
+        self.payout_report_checked(range).unwrap_or_default()
+    }
+
+    /// Payouts created in the range, by status and currency: those in memory and the filed ones
+    /// of the wallets in scope (a store that cannot be read is an error).
+    pub fn payout_report_checked(
+        &self,
+        range: &ReportRange,
+    ) -> Result<Vec<StatusRow<PayoutStatus>>, Rejection> {
         let mut rows: Tally<(PayoutStatus, Currency)> = BTreeMap::new();
-        for payout in self.commerce.payouts.values() {
-            if range.covers(payout.created.at_ms, payout.business_id, payout.currency) {
-                tally(&mut rows, (payout.status, payout.currency), payout.amount);
-            }
-        }
-        status_rows(rows)
+        self.for_each_payout(
+            |wallet| range.wants(wallet.business_id(), wallet.currency()),
+            |payout| {
+                if range.covers(payout.created.at_ms, payout.business_id, payout.currency) {
+                    tally(&mut rows, (payout.status, payout.currency), payout.amount);
+                }
+                true
+            },
+        )?;
+        Ok(status_rows(rows))
     }
 
     /// Settlements created in the range, by status and currency (net totals).
