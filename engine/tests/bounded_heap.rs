@@ -86,6 +86,15 @@ impl ColdHistory for FiledElsewhere {
     ) -> ColdResult<()> {
         Err("a transfer listed entries".into())
     }
+    fn moved(
+        &self,
+        _: engine::shard::moves::MoveKey,
+    ) -> ColdResult<Option<engine::shard::moves::MoveRecord>> {
+        Err("a transfer read a cross-shard move".into())
+    }
+    fn open_charge(&self, _: Uuid) -> ColdResult<Option<Uuid>> {
+        Err("a transfer read a charge".into())
+    }
     fn payment(&self, _: Uuid) -> ColdResult<Option<Payment>> {
         Err("a transfer read a payment".into())
     }

@@ -60,14 +60,11 @@ pub trait ColdHistory: Send + Sync {
     ) -> ColdResult<()> {
         self.for_each_entry_after(wallet, None, visit)
     }
-    /// A filed cross-shard move record (`shard::moves`); a store that files none has none.
-    fn moved(&self, _key: MoveKey) -> ColdResult<Option<MoveRecord>> {
-        Ok(None)
-    }
+    /// A filed cross-shard move record (`shard::moves`). Required, with no default: a store
+    /// that answered "none" for a move it never filed would let a repeated credit post twice.
+    fn moved(&self, key: MoveKey) -> ColdResult<Option<MoveRecord>>;
     /// The reservation uuid of a payment's charge that is not released, as filed.
-    fn open_charge(&self, _payment_uuid: Uuid) -> ColdResult<Option<Uuid>> {
-        Ok(None)
-    }
+    fn open_charge(&self, payment_uuid: Uuid) -> ColdResult<Option<Uuid>>;
     /// The filed payment with this uuid.
     fn payment(&self, uuid: Uuid) -> ColdResult<Option<Payment>>;
     /// Every filed payment to merchant wallet `merchant`, oldest first, until `visit` returns

@@ -474,6 +474,9 @@ impl crate::shard::cold::ColdHistory for Unreadable {
     ) -> crate::shard::cold::ColdResult<Option<crate::shard::moves::MoveRecord>> {
         Err("unreadable".into())
     }
+    fn open_charge(&self, _: crate::Uuid) -> ColdResult<Option<crate::Uuid>> {
+        Err("unreadable".into())
+    }
     fn payment(&self, _: crate::Uuid) -> ColdResult<Option<crate::commerce::payment::Payment>> {
         Err("unreadable".into())
     }
