@@ -160,7 +160,7 @@ fn build_reports(
     for shard in shards {
         recount.shard(shard)?;
     }
-    store.recount_transactions(&mut recount)?;
+    store.recount_filed(&mut recount)?;
     store.build_reports(recount)?;
     tracing::info!(
         took_ms = started.elapsed().as_millis() as u64,
@@ -261,23 +261,6 @@ pub(crate) fn open(
         .commerce_complete()
         .and_then(|complete| Ok(complete || store.indexed_lsn()? == 0))
         .map_err(|e| history_error(&store_path, &e))?;
-    // The report aggregates of a store written before them are counted from the payments and
-    // payouts in memory after replay (`build_reports`), which holds them all only while the
-    // store lacks them too. No build wrote one without the other; a store that has them filed
-    // but no aggregates is refused rather than reported from a partial count.
-    let reports_ready = store
-        .reports_ready()
-        .map_err(|e| history_error(&store_path, &e))?;
-    if !reports_ready && commerce_filed && store.indexed_lsn().unwrap_or(0) > 0 {
-        return Err(history_error(
-            &store_path,
-            &history::StoreError::Rule(
-                "it files payments and payouts but holds no report aggregates, which no walletd \
-                 build writes; rebuild it from the log with `walletd replay --from-archive DIR`"
-                    .into(),
-            ),
-        ));
-    }
     let mut state = match archive {
         Some(_) => Replayed::empty(count)?,
         None => Replayed::load_keeping(&dir, count, commerce_filed)?,
@@ -423,9 +406,11 @@ pub(crate) fn open(
         .and_then(|()| store.persist())
         .map_err(|e| history_error(&store_path, &e))?;
     // A store written before the report aggregates existed gets them counted now, from the
-    // records the engine holds at the end of the log: the shards' wallets, payments, payouts
-    // and settlements (all in memory after replay) and the transactions the store filed. Until
-    // then filing left the aggregates alone and reports are refused.
+    // records at the end of the log: the shards' wallets and settlements (in memory), the
+    // transactions, payments and payouts the store filed (the shards' own version of a payment
+    // or payout standing for its filed one). Until then filing left the aggregates alone and
+    // reports are refused. Payments and payouts are filed above, so a crash anywhere in this
+    // upgrade leaves a store the next open upgrades the same way.
     build_reports(&store, &state.shards).map_err(|e| history_error(&store_path, &e))?;
     let table = Arc::new(std::mem::take(&mut state.table));
     filer.serve_answers(history::indexer::Answers {

@@ -33,7 +33,7 @@ use rust_decimal::Decimal;
 use serde::{Deserialize, Serialize};
 
 use super::store::{decode, encode, time_key, HistoryStore, Open, StoreError};
-use crate::commerce::payment::PaymentStatus;
+use crate::commerce::payment::{Payment, PaymentStatus};
 use crate::commerce::payout::{Payout, PayoutStatus, Settlement, SettlementStatus, DAY_MS};
 use crate::ledger::transaction::Transaction;
 use crate::shard::commerce::report::{
@@ -42,7 +42,7 @@ use crate::shard::commerce::report::{
 use crate::shard::event::Event;
 use crate::shard::state::Shard;
 use crate::values::currency::Currency;
-use crate::values::ids::{Uuid, WalletId};
+use crate::values::ids::{PayoutId, Uuid, WalletId};
 
 pub(crate) const REPORTS_COMPLETE: &[u8] = b"reports_complete";
 
@@ -469,13 +469,17 @@ fn transaction_row(business: u64, currency: Currency, transaction: &Transaction)
 }
 
 /// The aggregates recounted from records: what `report_days` and `report_subjects` must hold.
-/// Built per shard ([`Recount::shard`]: wallets, payments, payouts and settlements, which the
-/// shards hold in memory) plus the transactions filed in the store
-/// ([`HistoryStore::recount_transactions`]).
+/// Built per shard ([`Recount::shard`]: wallets and settlements, which the shards hold in
+/// memory, and the payments and payouts they hold) plus the records filed in the store
+/// ([`HistoryStore::recount_filed`]: transactions, and the payments and payouts that left
+/// memory; a version in memory stands for its filed one, being the same or newer).
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Recount {
     days: BTreeMap<DayKey, DayTally>,
     subjects: BTreeMap<SubjectKey, Subject>,
+    /// Payments and payouts in the shards' memory, counted by `recount_filed`.
+    payments: BTreeMap<Uuid, Payment>,
+    payouts: BTreeMap<PayoutId, Payout>,
 }
 
 impl Recount {
@@ -483,7 +487,37 @@ impl Recount {
         self.days.entry(key).or_default().count_in(amount, &key)
     }
 
-    /// Counts what `shard` holds in memory: its wallets, payments, payouts and settlements.
+    /// Counts one payment: a pending one is a subject (its completion is still to come), a
+    /// completed one a fee on its completion day.
+    fn count_payment(&mut self, payment: &Payment) -> Result<(), StoreError> {
+        if payment.status == PaymentStatus::Pending {
+            self.subjects.insert(
+                payment_key(payment.uuid),
+                Subject::Payment {
+                    business: payment.merchant_id,
+                    currency: payment.currency,
+                    fee: payment.fee_amount,
+                },
+            );
+        }
+        if let Some(at) = payment
+            .completed_at_ms
+            .filter(|_| payment.status.is_completed())
+        {
+            let row = day_key(
+                ReportKind::Fees,
+                payment.merchant_id,
+                payment.currency,
+                day_of(at),
+                0,
+            );
+            self.count(row, payment.fee_amount)?;
+        }
+        Ok(())
+    }
+
+    /// Counts what `shard` holds in memory: its wallets and settlements; its payments and payouts
+    /// are kept to be counted with the filed ones ([`HistoryStore::recount_filed`]).
     pub fn shard(&mut self, shard: &Shard) -> Result<(), StoreError> {
         for wallet in shard.wallets() {
             self.subjects.insert(
@@ -496,32 +530,10 @@ impl Recount {
             );
         }
         for payment in shard.commerce.payments.values() {
-            if payment.status == PaymentStatus::Pending {
-                self.subjects.insert(
-                    payment_key(payment.uuid),
-                    Subject::Payment {
-                        business: payment.merchant_id,
-                        currency: payment.currency,
-                        fee: payment.fee_amount,
-                    },
-                );
-            }
-            if let Some(at) = payment
-                .completed_at_ms
-                .filter(|_| payment.status.is_completed())
-            {
-                let row = day_key(
-                    ReportKind::Fees,
-                    payment.merchant_id,
-                    payment.currency,
-                    day_of(at),
-                    0,
-                );
-                self.count(row, payment.fee_amount)?;
-            }
+            self.payments.insert(payment.uuid, payment.clone());
         }
         for payout in shard.commerce.payouts.values() {
-            self.created(ReportKind::Payouts, payout_subject(payout))?;
+            self.payouts.insert(payout.id, payout.clone());
         }
         for settlement in shard.commerce.settlements.values() {
             self.created(ReportKind::Settlements, settlement_subject(settlement))?;
@@ -558,6 +570,8 @@ impl Recount {
                 .ok_or_else(|| overflow(&key))?;
         }
         self.subjects.extend(other.subjects);
+        self.payments.extend(other.payments);
+        self.payouts.extend(other.payouts);
         Ok(())
     }
 }
@@ -619,7 +633,7 @@ pub(crate) fn read_rows(
                 let (count, total) = rows
                     .entry((row, group_currency))
                     .or_insert((0, Decimal::ZERO));
-                *count += tally.count;
+                *count = count.saturating_add(tally.count);
                 *total = total.saturating_add(tally.total);
             }
         }
@@ -656,7 +670,7 @@ impl HistoryStore {
 
     /// Counts into `recount` every transaction filed, by its wallet's scope (from the wallets
     /// `recount` already holds).
-    pub fn recount_transactions(&self, recount: &mut Recount) -> Result<(), StoreError> {
+    pub fn recount_filed(&self, recount: &mut Recount) -> Result<(), StoreError> {
         self.with(|open| {
             let mut scope: Option<(u64, Option<Scope>)> = None;
             for guard in open.transactions.iter() {
@@ -688,6 +702,27 @@ impl HistoryStore {
                     let row = transaction_row(business, currency, &transaction);
                     recount.count(row, transaction.amount)?;
                 }
+            }
+            // Payments and payouts: the filed version of each, or the one in memory instead.
+            let mut in_memory = std::mem::take(&mut recount.payments);
+            for guard in open.payments.iter() {
+                let (key, bytes) = guard.into_inner()?;
+                let filed: Payment = decode("payment", &key, &bytes)?;
+                let payment = in_memory.remove(&filed.uuid).unwrap_or(filed);
+                recount.count_payment(&payment)?;
+            }
+            for payment in in_memory.into_values() {
+                recount.count_payment(&payment)?;
+            }
+            let mut in_memory = std::mem::take(&mut recount.payouts);
+            for guard in open.payouts.iter() {
+                let (key, bytes) = guard.into_inner()?;
+                let filed: Payout = decode("payout", &key, &bytes)?;
+                let payout = in_memory.remove(&filed.id).unwrap_or(filed);
+                recount.created(ReportKind::Payouts, payout_subject(&payout))?;
+            }
+            for payout in in_memory.into_values() {
+                recount.created(ReportKind::Payouts, payout_subject(&payout))?;
             }
             Ok(())
         })

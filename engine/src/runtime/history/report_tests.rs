@@ -127,7 +127,7 @@ fn recount(store: &HistoryStore, shards: &[&Shard]) -> Recount {
     for shard in shards {
         recount.shard(shard).unwrap();
     }
-    store.recount_transactions(&mut recount).unwrap();
+    store.recount_filed(&mut recount).unwrap();
     recount
 }
 
@@ -236,7 +236,7 @@ fn verify_names_an_aggregate_that_differs_from_the_records() {
         &mut ChainHeads::default(),
     )
     .unwrap();
-    fuller.recount_transactions(&mut recount).unwrap();
+    fuller.recount_filed(&mut recount).unwrap();
     let difference = store.verify_reports(&recount).unwrap().unwrap_err();
     assert!(difference.contains("report row"), "{difference}");
 }

@@ -98,7 +98,7 @@ impl Engine {
             for shard in shards {
                 recount.absorb(shard?)?;
             }
-            store.recount_transactions(&mut recount)?;
+            store.recount_filed(&mut recount)?;
             store.verify_reports(&recount)
         })
         .await
