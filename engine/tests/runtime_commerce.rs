@@ -5,16 +5,17 @@
 
 use std::sync::Arc;
 
-use engine::commerce::payment::{PaymentProvider, PaymentStatus};
-use engine::ledger::wallet::{OwnerType, WalletType};
+use engine::commerce::payment::PaymentStatus;
+use engine::ledger::wallet::OwnerType;
 use engine::runtime::clock::SeededClock;
-use engine::runtime::{Engine, EngineConfig, IdempotencyKey, Renderer};
-use engine::shard::command::{
-    CreatePayout, CreateWallet, Details, InitiatePayment, MoneyMove, PaymentReserve, RefundPayment,
-};
+use engine::runtime::{Engine, IdempotencyKey, Renderer};
+use engine::shard::command::{CreatePayout, Details, MoneyMove, PaymentReserve, RefundPayment};
 use engine::values::fee::FeeRule;
-use engine::{Command, Currency, Outcome, Rejection, Uuid, WalletId};
+use engine::{Command, Outcome, Rejection, Uuid, WalletId};
 use rust_decimal::Decimal;
+
+mod common;
+use common::{amount, config, wallet, yer};
 
 struct DebugRenderer;
 
@@ -29,44 +30,8 @@ impl Renderer for DebugRenderer {
     }
 }
 
-fn config(dir: &std::path::Path, shards: u32) -> EngineConfig {
-    let mut config = EngineConfig::new(dir);
-    config.shard_count = shards;
-    config.wal.segment_bytes = 1 << 20;
-    config.wal.record_bytes_max = 256 * 1024;
-    config.snapshot_every_records = 0;
-    config
-}
-
 fn open(dir: &std::path::Path, shards: u32, seed: u64) -> Engine {
-    let clock = Arc::new(SeededClock::new(seed, 1_700_000_000_000));
-    Engine::open(config(dir, shards), clock, Arc::new(DebugRenderer))
-        .unwrap()
-        .0
-}
-
-fn yer() -> Currency {
-    Currency::from_code("YER").unwrap()
-}
-
-fn amount(text: &str) -> Decimal {
-    Decimal::from_str_exact(text).unwrap()
-}
-
-async fn wallet(engine: &Engine, owner_type: OwnerType, owner_id: u64, business: u64) -> WalletId {
-    let command = Command::CreateWallet(CreateWallet {
-        owner_type,
-        owner_id,
-        currency: yer(),
-        wallet_type: WalletType::Primary,
-        business_id: business,
-        branch_id: 0,
-        meta: None,
-    });
-    match engine.execute(command).await.unwrap() {
-        Outcome::Wallet(wallet) => wallet.id,
-        other => panic!("{other:?}"),
-    }
+    common::open(dir, shards, seed, Arc::new(DebugRenderer))
 }
 
 async fn balance(engine: &Engine, wallet_id: WalletId) -> Decimal {
@@ -100,29 +65,11 @@ async fn merchant_and_remote_payer(engine: &Engine) -> (WalletId, WalletId) {
 }
 
 async fn initiate(engine: &Engine, merchant: WalletId, payer: WalletId, value: &str) -> Uuid {
-    let command = Command::InitiatePayment(InitiatePayment {
-        merchant_id: 7,
-        merchant_wallet_id: merchant,
-        payer_wallet_id: payer,
-        amount: amount(value),
-        currency: yer(),
-        fee: FeeRule {
-            percent: amount("2.5"),
-            fixed: amount("1"),
-        },
-        provider: PaymentProvider::Wallet,
-        description: None,
-        metadata: None,
-        idempotency_key: None,
-        payment_link_uuid: None,
-    });
-    match engine.execute(command).await.unwrap() {
-        Outcome::Payment(payment) => {
-            assert_eq!(payment.status, PaymentStatus::Pending);
-            payment.uuid
-        }
-        other => panic!("{other:?}"),
-    }
+    let fee = FeeRule {
+        percent: amount("2.5"),
+        fixed: amount("1"),
+    };
+    common::initiate(engine, merchant, payer, value, fee).await
 }
 
 fn status(outcome: &Outcome) -> PaymentStatus {

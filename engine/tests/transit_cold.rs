@@ -8,19 +8,21 @@
 
 use std::sync::Arc;
 
-use engine::commerce::payment::{PaymentProvider, PaymentStatus};
+use engine::commerce::payment::PaymentStatus;
 use engine::ledger::transfer::TransferState;
-use engine::ledger::wallet::{OwnerType, WalletType};
+use engine::ledger::wallet::OwnerType;
 use engine::runtime::clock::SeededClock;
-use engine::runtime::{Engine, EngineConfig, Renderer};
+use engine::runtime::{Engine, Renderer};
 use engine::shard::command::{
-    CreateWallet, Details, InitiatePayment, MoneyMove, PaymentCredit, RefundPayment, TransferArgs,
-    TransferCredit,
+    Details, MoneyMove, PaymentCredit, RefundPayment, TransferArgs, TransferCredit,
 };
 use engine::shard::moves::MoveRecord;
 use engine::values::fee::FeeRule;
-use engine::{Command, Currency, Outcome, Rejection, Uuid, WalletId};
+use engine::{Command, Outcome, Rejection, Uuid, WalletId};
 use rust_decimal::Decimal;
+
+mod common;
+use common::{amount, config, wallet, yer};
 
 struct NoRenderer;
 
@@ -30,44 +32,8 @@ impl Renderer for NoRenderer {
     }
 }
 
-fn config(dir: &std::path::Path, shards: u32) -> EngineConfig {
-    let mut config = EngineConfig::new(dir);
-    config.shard_count = shards;
-    config.wal.segment_bytes = 1 << 20;
-    config.wal.record_bytes_max = 256 * 1024;
-    config.snapshot_every_records = 0;
-    config
-}
-
 fn open(dir: &std::path::Path, shards: u32, seed: u64) -> Engine {
-    let clock = Arc::new(SeededClock::new(seed, 1_700_000_000_000));
-    Engine::open(config(dir, shards), clock, Arc::new(NoRenderer))
-        .unwrap()
-        .0
-}
-
-fn yer() -> Currency {
-    Currency::from_code("YER").unwrap()
-}
-
-fn amount(text: &str) -> Decimal {
-    Decimal::from_str_exact(text).unwrap()
-}
-
-async fn wallet(engine: &Engine, owner_type: OwnerType, owner_id: u64, business: u64) -> WalletId {
-    let command = Command::CreateWallet(CreateWallet {
-        owner_type,
-        owner_id,
-        currency: yer(),
-        wallet_type: WalletType::Primary,
-        business_id: business,
-        branch_id: 0,
-        meta: None,
-    });
-    match engine.execute(command).await.unwrap() {
-        Outcome::Wallet(wallet) => wallet.id,
-        other => panic!("{other:?}"),
-    }
+    common::open(dir, shards, seed, Arc::new(NoRenderer))
 }
 
 async fn deposit(engine: &Engine, wallet_id: WalletId, value: &str) {
@@ -118,29 +84,11 @@ fn transfer(source: WalletId, target: WalletId, value: &str) -> Command {
 
 /// A pending wallet payment of `value` from `payer` to merchant 7.
 async fn initiate(engine: &Engine, merchant: WalletId, payer: WalletId, value: &str) -> Uuid {
-    let initiated = engine
-        .execute(Command::InitiatePayment(InitiatePayment {
-            merchant_id: 7,
-            merchant_wallet_id: merchant,
-            payer_wallet_id: payer,
-            amount: amount(value),
-            currency: yer(),
-            fee: FeeRule {
-                percent: amount("1"),
-                fixed: amount("0"),
-            },
-            provider: PaymentProvider::Wallet,
-            description: None,
-            metadata: None,
-            idempotency_key: None,
-            payment_link_uuid: None,
-        }))
-        .await
-        .unwrap();
-    let Outcome::Payment(payment) = initiated else {
-        panic!("{initiated:?}")
+    let fee = FeeRule {
+        percent: amount("1"),
+        fixed: amount("0"),
     };
-    payment.uuid
+    common::initiate(engine, merchant, payer, value, fee).await
 }
 
 /// A merchant (7) and customers on every shard, funded; cross-shard transfers between the
