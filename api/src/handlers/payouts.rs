@@ -268,16 +268,7 @@ where
 }
 
 fn payout_status(text: &str) -> Result<PayoutStatus, ApiError> {
-    let statuses = [
-        PayoutStatus::Pending,
-        PayoutStatus::Approved,
-        PayoutStatus::Rejected,
-        PayoutStatus::Cancelled,
-        PayoutStatus::Executed,
-        PayoutStatus::Paid,
-        PayoutStatus::Failed,
-    ];
-    statuses
+    engine::shard::commerce::report::PAYOUT_STATUSES
         .into_iter()
         .find(|s| s.as_str() == text)
         .ok_or_else(|| {

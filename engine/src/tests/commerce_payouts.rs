@@ -382,7 +382,7 @@ fn payout_lists_and_report() {
         business_id: Some(1),
         currency: None,
     };
-    let rows = h.shard.payout_report(&range);
+    let rows = h.shard.payout_report(&range).unwrap();
     let summary: Vec<(PayoutStatus, u64, rust_decimal::Decimal)> = rows
         .iter()
         .map(|row| (row.status, row.count, row.total_amount))
@@ -399,5 +399,5 @@ fn payout_lists_and_report() {
         to_ms: h.now_ms + 10,
         ..range
     };
-    assert!(h.shard.payout_report(&later).is_empty());
+    assert!(h.shard.payout_report(&later).unwrap().is_empty());
 }
