@@ -607,11 +607,16 @@ async fn shutdown_snapshot(engine: &Engine) {
         "taking a shutdown snapshot, so the next start need not replay these records"
     );
     let started = Instant::now();
-    match engine.snapshot().await {
-        Ok(lsn) => tracing::info!(
+    // A periodic snapshot may be running: wait for it, then cover what it did not.
+    match engine.snapshot_when_free().await {
+        Ok(Some(lsn)) => tracing::info!(
             covered_lsn = lsn,
             took_ms = started.elapsed().as_millis() as u64,
             "shutdown snapshot written"
+        ),
+        Ok(None) => tracing::info!(
+            took_ms = started.elapsed().as_millis() as u64,
+            "the periodic snapshot that was running covers everything; no shutdown snapshot needed"
         ),
         Err(error) => tracing::warn!(
             %error,

@@ -43,6 +43,8 @@ pub(crate) struct Inner {
     pub(crate) indexer: Mutex<Option<JoinHandle<()>>>,
     /// Records appended at the last snapshot, to trigger the next.
     pub(crate) snapshot_state: Mutex<SnapshotState>,
+    /// Woken whenever a snapshot finishes (taken or failed): [`Engine::snapshot_when_free`].
+    pub(crate) snapshot_finished: tokio::sync::Notify,
     /// Wallet scopes already looked up. They never change once a wallet exists (wallets are
     /// never deleted), so a permission check needs no trip to the shard's thread after the first
     /// one: on the hot paths that trip was a second cross-thread round trip per request.

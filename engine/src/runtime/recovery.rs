@@ -853,6 +853,7 @@ fn start(
                 failures: 0,
                 retry_at_ms: i64::MIN,
             }),
+            snapshot_finished: tokio::sync::Notify::new(),
         }),
     })
 }

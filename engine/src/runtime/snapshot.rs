@@ -56,6 +56,25 @@ impl Engine {
         }
         self.snapshot_claimed().await
     }
+
+    /// A snapshot of everything logged so far, for a stop: if one is already being taken (a
+    /// periodic one), waits for it to finish instead of giving up, then takes another if records
+    /// were logged after what that one covered. `None`: nothing was left to cover.
+    pub async fn snapshot_when_free(&self) -> Result<Option<u64>, EngineError> {
+        loop {
+            if self.records_since_snapshot() == 0 {
+                return Ok(None);
+            }
+            // Registered before the claim is tried, so a snapshot finishing in between is not
+            // missed.
+            let mut finished = std::pin::pin!(self.inner.snapshot_finished.notified());
+            finished.as_mut().enable();
+            if self.claim_snapshot() {
+                return self.snapshot_claimed().await.map(Some);
+            }
+            finished.await;
+        }
+    }
     /// Log records appended since the newest snapshot (or since the start of the log): what a
     /// restart would replay.
     #[must_use]
@@ -91,6 +110,7 @@ impl Engine {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         state.running = false;
+        self.inner.snapshot_finished.notify_waiters();
         match &result {
             Ok(lsn) => {
                 state.last_lsn = *lsn;
