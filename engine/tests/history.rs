@@ -481,6 +481,80 @@ async fn verify_integrity_counts_filed_and_unfiled_entries_once() {
     engine.shutdown().unwrap();
 }
 
+/// A history read of a wallet waits for the newest record that changed that wallet's history,
+/// and for no later one: with the indexer held back, a quiet wallet's statement is served at
+/// once, while a wallet on the same shard with an acknowledged but unfiled deposit is bound to
+/// that deposit's record, and its statement shows the deposit once filing resumes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_history_read_waits_for_its_own_wallets_records_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(SeededClock::new(22, 1_700_000_000_000));
+    let engine = open(dir.path(), clock);
+    let quiet = create_wallet(&engine, 1).await;
+    let mut owner = 2;
+    let busy = loop {
+        let wallet = create_wallet(&engine, owner).await;
+        if engine.shard_of_wallet(wallet) == engine.shard_of_wallet(quiet) {
+            break wallet;
+        }
+        owner += 1;
+    };
+    for wallet in [quiet, busy] {
+        engine
+            .execute(Command::Deposit(money(wallet, Decimal::new(100, 2))))
+            .await
+            .unwrap();
+    }
+    engine.evict_filed().await.unwrap();
+    let bound = |wallet: WalletId| {
+        let engine = engine.clone();
+        async move {
+            engine
+                .read_wallet_for_history(wallet, |_| ())
+                .await
+                .unwrap()
+                .1
+        }
+    };
+
+    let held = engine.history().hold_filing();
+    let indexed = engine.history().progress().indexed_lsn;
+    engine
+        .execute(Command::Deposit(money(busy, Decimal::new(250, 2))))
+        .await
+        .unwrap();
+    let deposit_lsn = engine.wal_last_lsn();
+    assert!(deposit_lsn > indexed);
+    assert_eq!(
+        engine.history().progress().indexed_lsn,
+        indexed,
+        "filing is held"
+    );
+    assert_eq!(bound(busy).await, deposit_lsn);
+    assert!(bound(quiet).await <= indexed);
+    // Served while the deposit is unfiled; before, the read waited for the durable LSN and this
+    // never finished while filing was held (the timeout turns that into a failure).
+    let page = tokio::time::timeout(
+        std::time::Duration::from_secs(60),
+        engine.ledger_page(quiet, Page::default(), None, None),
+    )
+    .await
+    .expect("a quiet wallet's statement waits for no other wallet's records")
+    .unwrap()
+    .unwrap();
+    assert_eq!(page.total, 1);
+
+    drop(held);
+    let page = engine
+        .ledger_page(busy, Page::default(), None, None)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(page.total, 2);
+    assert_eq!(page.records[0].amount, Decimal::new(250, 2));
+    engine.shutdown().unwrap();
+}
+
 /// Every payment list and the fee report of every shard: what the engine's shards show (memory
 /// and store merged) against the whole-history reference.
 async fn assert_payments_match(engine: &Engine, dir: &std::path::Path, merchants: &[WalletId]) {

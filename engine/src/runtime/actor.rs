@@ -18,7 +18,7 @@
 //! shard's memory is ahead of its log; the shard then refuses everything until the process
 //! restarts and recovery rebuilds it from the log.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -36,7 +36,7 @@ use crate::shard::command::{Command, Context, Outcome, EXPIRE_BATCH_MAX};
 use crate::shard::event::Event;
 use crate::shard::state::Shard;
 use crate::values::error::{ExecuteError, Rejection};
-use crate::values::ids::Uuid;
+use crate::values::ids::{Uuid, WalletId};
 
 /// What answer to log with an idempotency key.
 #[derive(Clone, Debug)]
@@ -115,6 +115,18 @@ impl<R: Send + 'static> Message for Read<R> {
     type Result = Result<Durable<R>, EngineError>;
 }
 
+/// Read the shard for a history read of one wallet: answers the read's value and the LSN the
+/// history store must cover before it serves that wallet's history (see
+/// [`ShardActor::history_bound`]), once what the read shows is durable.
+pub struct ReadForHistory<R> {
+    pub wallet_id: WalletId,
+    pub read: Box<dyn FnOnce(&Shard) -> R + Send>,
+}
+
+impl<R: Send + 'static> Message for ReadForHistory<R> {
+    type Result = Result<Durable<(R, u64)>, EngineError>;
+}
+
 /// Drop from memory what the indexer has filed now, instead of at the next tick; answers how
 /// many records the shard still holds in memory.
 pub struct EvictFiled;
@@ -180,6 +192,13 @@ pub struct ShardActor {
     /// (command stamp, LSN of its record) of appended commands the indexer has not filed yet,
     /// oldest first.
     unfiled: VecDeque<(u64, u64)>,
+    /// Per wallet, the LSN of the newest record whose events changed its filed history
+    /// ([`Event::history_wallet`]), kept until the indexer has filed it: a wallet changed less
+    /// recently than the indexer's lag has nothing to wait for.
+    history_lsns: HashMap<u64, u64>,
+    /// The log's last LSN when this actor started: what recovery replayed, which the indexer
+    /// may still be filing. Every history read waits for it.
+    started_lsn: u64,
 }
 
 /// How often a shard drops what the indexer has filed. Memory holds about this long of records
@@ -213,7 +232,29 @@ impl ShardActor {
             hold_tick,
             history,
             unfiled: VecDeque::new(),
+            history_lsns: HashMap::new(),
+            started_lsn: last_lsn,
         }
+    }
+
+    /// The LSN the history store must cover before it serves `wallet_id`'s history as a caller
+    /// could have seen it: the newest record that changed that history, or what recovery
+    /// replayed when this actor started, whichever is later.
+    ///
+    /// Only the wallet's own shard logs events that name it, and this actor logs them all, so
+    /// no record beyond the bound changes the wallet's history. Waiting for the durable LSN
+    /// instead, as every history read did, made a read of a quiet wallet wait for the indexer
+    /// to file the whole load's backlog (a statement page's p99 was 169 ms under load).
+    fn history_bound(&self, wallet_id: WalletId) -> u64 {
+        if self.history.is_none() {
+            // Not tracked without an indexer to forget it: everything this shard logged.
+            return self.last_lsn;
+        }
+        self.history_lsns
+            .get(&wallet_id.0)
+            .copied()
+            .unwrap_or(0)
+            .max(self.started_lsn)
     }
 
     /// Drops from the shard's memory every record whose latest change the indexer has filed.
@@ -232,6 +273,9 @@ impl ShardActor {
         }
         if let Some(stamp) = filed {
             self.shard.evict_filed(stamp);
+        }
+        if !self.history_lsns.is_empty() {
+            self.history_lsns.retain(|_, lsn| *lsn > indexed);
         }
     }
 
@@ -384,6 +428,11 @@ impl ShardActor {
         match self.wal.append(bytes) {
             Ok(ticket) => {
                 self.last_lsn = ticket.lsn();
+                if self.history.is_some() {
+                    for wallet in entry.events.iter().filter_map(Event::history_wallet) {
+                        self.history_lsns.insert(wallet.0, ticket.lsn());
+                    }
+                }
                 Ok(ticket)
             }
             Err(error) => Err(self.fail(format!("the write-ahead log refused a record: {error}"))),
@@ -452,6 +501,19 @@ impl<R: Send + 'static> Handler<Read<R>> for ShardActor {
         }
         let value = (read.0)(&self.shard);
         Ok(self.after_durable(value))
+    }
+}
+
+impl<R: Send + 'static> Handler<ReadForHistory<R>> for ShardActor {
+    type Result = Result<Durable<(R, u64)>, EngineError>;
+
+    fn handle(&mut self, read: ReadForHistory<R>, _: &mut Self::Context) -> Self::Result {
+        if let Some(reason) = &self.failed {
+            return Err(EngineError::Unavailable(reason.clone()));
+        }
+        let value = (read.read)(&self.shard);
+        let bound = self.history_bound(read.wallet_id);
+        Ok(self.after_durable((value, bound)))
     }
 }
 

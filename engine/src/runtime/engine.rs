@@ -218,6 +218,12 @@ impl Engine {
         self.inner.wal.stats()
     }
 
+    /// The LSN of the newest record appended to the log (durable or not yet).
+    #[must_use]
+    pub fn wal_last_lsn(&self) -> u64 {
+        self.inner.wal.last_lsn()
+    }
+
     /// The clock commands are stamped with.
     #[must_use]
     pub fn clock(&self) -> &Arc<dyn Clock> {
@@ -455,6 +461,30 @@ impl Engine {
             .map_err(unavailable)??
             .wait()
             .await
+    }
+
+    /// Reads the shard that owns `wallet_id` for a history read of that wallet: answers the
+    /// read's value and the LSN the history store must cover before it serves the wallet's
+    /// history (the newest record that changed it, or what recovery replayed). Like
+    /// [`Engine::read_wallet`], the answer waits until what it shows is durable.
+    pub async fn read_wallet_for_history<R, F>(
+        &self,
+        wallet_id: WalletId,
+        read: F,
+    ) -> Result<(R, u64), EngineError>
+    where
+        R: Send + 'static,
+        F: FnOnce(&Shard) -> R + Send + 'static,
+    {
+        let addr = self.addr(self.shard_of_wallet(wallet_id))?;
+        addr.send(super::actor::ReadForHistory {
+            wallet_id,
+            read: Box::new(read),
+        })
+        .await
+        .map_err(unavailable)??
+        .wait()
+        .await
     }
 
     /// Reads every shard with the same function, in shard order.

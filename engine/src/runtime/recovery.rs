@@ -425,11 +425,21 @@ pub(crate) fn open(
         failed: None,
     });
     let indexer_wal = wal.clone();
+    let filing = Arc::new(history::FilingGate::default());
+    let indexer_filing = filing.clone();
     let indexer = std::thread::Builder::new()
         .name("history-indexer".into())
-        .spawn(move || history::indexer::run(filer, durable_records, progress_tx, indexer_wal))
+        .spawn(move || {
+            history::indexer::run(
+                filer,
+                durable_records,
+                progress_tx,
+                indexer_wal,
+                indexer_filing,
+            )
+        })
         .map_err(|e| OpenError::Start(format!("spawn the history indexer: {e}")))?;
-    let history_handle = History::new(store.clone(), progress_rx);
+    let history_handle = History::new(store.clone(), progress_rx, filing);
     // Recorded only once the log is open, so under its lock: no other process is using the dir.
     if recorded.is_none() {
         record_shard_count(&config.data_dir, count)?;

@@ -285,7 +285,10 @@ pub(crate) fn run(
     records: Receiver<Vec<wal::DurableRecord>>,
     progress: watch::Sender<Progress>,
     wal: wal::Wal,
+    filing: Arc<super::FilingGate>,
 ) {
+    // Each batch is filed under the gate (see `History::hold_filing`).
+    let held = || filing.open();
     let tick = filer.checkpoint_every.max(Duration::from_millis(10));
     let outcome = (|| -> Result<(), StoreError> {
         loop {
@@ -303,10 +306,15 @@ pub(crate) fn run(
                             break;
                         }
                     }
+                    let _held = held();
                     filer.flush(false)?;
                 }
-                Err(RecvTimeoutError::Timeout) => filer.flush(false)?,
+                Err(RecvTimeoutError::Timeout) => {
+                    let _held = held();
+                    filer.flush(false)?;
+                }
                 Err(RecvTimeoutError::Disconnected) => {
+                    let _held = held();
                     filer.flush(true)?;
                     publish(&progress, &mut filer, &wal);
                     // A clean stop also writes every memtable out, so the next open replays

@@ -46,11 +46,32 @@ pub use crate::runtime::config::HistoryConfig;
 pub struct History {
     store: Arc<HistoryStore>,
     progress: watch::Receiver<Progress>,
+    /// Whether the indexer may file ([`History::hold_filing`]).
+    filing: Arc<FilingGate>,
 }
 
 impl History {
-    pub(crate) fn new(store: Arc<HistoryStore>, progress: watch::Receiver<Progress>) -> Self {
-        History { store, progress }
+    pub(crate) fn new(
+        store: Arc<HistoryStore>,
+        progress: watch::Receiver<Progress>,
+        filing: Arc<FilingGate>,
+    ) -> Self {
+        History {
+            store,
+            progress,
+            filing,
+        }
+    }
+
+    /// Holds the indexer back until the returned hold drops: once this returns, the indexer has
+    /// finished the batch it was filing and files nothing more meanwhile, so
+    /// [`History::progress`] stands still (records queue up, and past the indexer's channel the
+    /// log waits). For tests and drills that need the indexer behind on purpose; it costs the
+    /// indexer one uncontended lock per batch.
+    #[must_use = "filing resumes when the hold drops"]
+    pub fn hold_filing(&self) -> FilingHold {
+        *self.filing.lock() = true;
+        FilingHold(self.filing.clone())
     }
 
     /// The store, for reads that have waited ([`History::caught_up`]).
@@ -79,6 +100,45 @@ impl History {
             ))),
             None => Ok(()),
         }
+    }
+}
+
+/// Whether the indexer may file: it files each batch holding this gate's lock, after waiting
+/// while it is held.
+#[derive(Debug, Default)]
+pub(crate) struct FilingGate {
+    held: std::sync::Mutex<bool>,
+    released: std::sync::Condvar,
+}
+
+impl FilingGate {
+    fn lock(&self) -> std::sync::MutexGuard<'_, bool> {
+        self.held
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Waits while filing is held, then answers the lock to file under.
+    pub(crate) fn open(&self) -> std::sync::MutexGuard<'_, bool> {
+        let mut held = self.lock();
+        while *held {
+            held = self
+                .released
+                .wait(held)
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+        }
+        held
+    }
+}
+
+/// Filing held back ([`History::hold_filing`]) until this drops.
+#[derive(Debug)]
+pub struct FilingHold(Arc<FilingGate>);
+
+impl Drop for FilingHold {
+    fn drop(&mut self) {
+        *self.0.lock() = false;
+        self.0.released.notify_all();
     }
 }
 

@@ -29,27 +29,25 @@ impl Engine {
     }
 
     /// The wallet's unchanging facts, after waiting until the store holds every record a caller
-    /// could have seen when it asked. `Ok(Err(_))`: no such wallet.
+    /// could have seen of the wallet's history when it asked. `Ok(Err(_))`: no such wallet.
     ///
-    /// A caller sees a change only once it is durable (every answer, and every shard read such
-    /// as the one above, waits for that), so the durable LSN read after the shard answered
-    /// bounds everything it could have seen. Waiting for the last *appended* LSN instead would
-    /// also wait for records still being synced, which no caller can have seen yet: under load
-    /// that was a group commit plus an indexer batch added to every history read.
+    /// A caller sees a change only once it is durable (every answer, and the shard read here,
+    /// waits for that), and only the records whose events name the wallet change its history;
+    /// the shard answers the LSN of the newest of them with the read
+    /// ([`Engine::read_wallet_for_history`]). Waiting for that one, not for the durable LSN,
+    /// spares a read of a quiet wallet the indexer's whole backlog under load, while a read
+    /// right after a write to the wallet still waits for that write to be filed.
     async fn holder_caught_up(
         &self,
         wallet_id: WalletId,
     ) -> Result<Result<Holder, Rejection>, EngineError> {
-        let holder = self
-            .read_wallet(wallet_id, move |s| {
+        let (holder, bound) = self
+            .read_wallet_for_history(wallet_id, move |s| {
                 s.find_wallet(wallet_id).map(Holder::from)
             })
             .await?;
         if holder.is_ok() {
-            self.inner
-                .history
-                .caught_up(self.inner.wal.durable_lsn())
-                .await?;
+            self.inner.history.caught_up(bound).await?;
         }
         Ok(holder)
     }

@@ -170,6 +170,48 @@ pub enum Event {
     },
 }
 
+impl Event {
+    /// The wallet whose filed history (its transactions, ledger entries and holds, the pages
+    /// the history store serves) this event changes; `None` for every other event. Every
+    /// variant is named, so a new one needs a decision here: a history read of a wallet waits
+    /// only for the records whose events name it.
+    #[must_use]
+    pub fn history_wallet(&self) -> Option<WalletId> {
+        match self {
+            Self::TransactionRecorded { wallet_id, .. }
+            | Self::EntryPosted { wallet_id, .. }
+            | Self::EntryReversed { wallet_id, .. }
+            | Self::TransactionReversed { wallet_id, .. }
+            | Self::RefundTotalChanged { wallet_id, .. }
+            | Self::HoldPlaced { wallet_id, .. }
+            | Self::HoldClosed { wallet_id, .. } => Some(*wallet_id),
+            Self::WalletCreated(_)
+            | Self::WalletStatusChanged { .. }
+            | Self::TransferReserved(_)
+            | Self::TransferCredited(_)
+            | Self::TransferFinalized { .. }
+            | Self::TransferReleased { .. }
+            | Self::BalanceVerified { .. }
+            | Self::PaymentInitiated(_)
+            | Self::PaymentCompleted { .. }
+            | Self::PaymentClosed { .. }
+            | Self::PaymentRefundTotalChanged { .. }
+            | Self::PaymentLinkCreated(_)
+            | Self::PaymentLinkUsed { .. }
+            | Self::QrCreated(_)
+            | Self::PaymentReserved(_)
+            | Self::PaymentCredited(_)
+            | Self::PaymentReserveFinalized { .. }
+            | Self::PaymentReserveReleased { .. }
+            | Self::PayoutCreated(_)
+            | Self::PayoutChanged { .. }
+            | Self::SettlementCreated(_)
+            | Self::SettlementChanged { .. }
+            | Self::PaymentCreditRefused { .. } => None,
+        }
+    }
+}
+
 pub(crate) fn text_ok(text: Option<&str>) -> bool {
     text.is_none_or(|text| text.len() <= TEXT_BYTES_MAX)
 }
