@@ -481,10 +481,11 @@ async fn verify_integrity_counts_filed_and_unfiled_entries_once() {
     engine.shutdown().unwrap();
 }
 
-/// A history read of a wallet waits for the newest record that changed that wallet's history,
-/// and for no later one: with the indexer held back, a quiet wallet's statement is served at
-/// once, while a wallet on the same shard with an acknowledged but unfiled deposit is bound to
-/// that deposit's record, and its statement shows the deposit once filing resumes.
+/// A history read of a wallet waits for the newest record that created the wallet or changed
+/// its history, and for no later one: with the indexer held back, a quiet wallet's statement is
+/// served at once, while a wallet on the same shard with an acknowledged but unfiled deposit is
+/// bound to that deposit's record (a wallet created meanwhile, to its creation), and its
+/// statement shows the deposit once filing resumes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_history_read_waits_for_its_own_wallets_records_only() {
     let dir = tempfile::tempdir().unwrap();
@@ -532,6 +533,12 @@ async fn a_history_read_waits_for_its_own_wallets_records_only() {
     );
     assert_eq!(bound(busy).await, deposit_lsn);
     assert!(bound(quiet).await <= indexed);
+    // A wallet created meanwhile is bound to its creation: its facts are shown only once that
+    // record is durable (filed).
+    let fresh = create_wallet(&engine, owner + 1).await;
+    let created_lsn = engine.wal_last_lsn();
+    assert!(created_lsn > deposit_lsn);
+    assert_eq!(bound(fresh).await, created_lsn);
     // Served while the deposit is unfiled; before, the read waited for the durable LSN and this
     // never finished while filing was held (the timeout turns that into a failure).
     let page = tokio::time::timeout(

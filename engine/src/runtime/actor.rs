@@ -117,14 +117,17 @@ impl<R: Send + 'static> Message for Read<R> {
 
 /// Read the shard for a history read of one wallet: answers the read's value and the LSN the
 /// history store must cover before it serves that wallet's history (see
-/// [`ShardActor::history_bound`]), once what the read shows is durable.
+/// [`ShardActor::history_bound`]). Not sealed with a durability ticket: the bound covers the
+/// wallet's creation and every change to its history, and the indexer files only durable
+/// records, so waiting for the bound is the durability wait; `read` must show nothing of the
+/// wallet beyond that (its unchanging facts, or that it does not exist).
 pub struct ReadForHistory<R> {
     pub wallet_id: WalletId,
     pub read: Box<dyn FnOnce(&Shard) -> R + Send>,
 }
 
 impl<R: Send + 'static> Message for ReadForHistory<R> {
-    type Result = Result<Durable<(R, u64)>, EngineError>;
+    type Result = Result<(R, u64), EngineError>;
 }
 
 /// Drop from memory what the indexer has filed now, instead of at the next tick; answers how
@@ -238,8 +241,10 @@ impl ShardActor {
     }
 
     /// The LSN the history store must cover before it serves `wallet_id`'s history as a caller
-    /// could have seen it: the newest record that changed that history, or what recovery
-    /// replayed when this actor started, whichever is later.
+    /// could have seen it: the newest record that created the wallet or changed that history
+    /// ([`Event::history_wallet`]), or what recovery replayed when this actor started,
+    /// whichever is later. The store holds only durable records, so reaching it also makes
+    /// everything the read shows durable.
     ///
     /// Only the wallet's own shard logs events that name it, and this actor logs them all, so
     /// no record beyond the bound changes the wallet's history. Waiting for the durable LSN
@@ -248,7 +253,7 @@ impl ShardActor {
     fn history_bound(&self, wallet_id: WalletId) -> u64 {
         if self.history.is_none() {
             // Not tracked without an indexer to forget it: everything this shard logged.
-            return self.last_lsn;
+            return self.last_lsn.max(self.started_lsn);
         }
         self.history_lsns
             .get(&wallet_id.0)
@@ -505,15 +510,14 @@ impl<R: Send + 'static> Handler<Read<R>> for ShardActor {
 }
 
 impl<R: Send + 'static> Handler<ReadForHistory<R>> for ShardActor {
-    type Result = Result<Durable<(R, u64)>, EngineError>;
+    type Result = Result<(R, u64), EngineError>;
 
     fn handle(&mut self, read: ReadForHistory<R>, _: &mut Self::Context) -> Self::Result {
         if let Some(reason) = &self.failed {
             return Err(EngineError::Unavailable(reason.clone()));
         }
         let value = (read.read)(&self.shard);
-        let bound = self.history_bound(read.wallet_id);
-        Ok(self.after_durable((value, bound)))
+        Ok((value, self.history_bound(read.wallet_id)))
     }
 }
 

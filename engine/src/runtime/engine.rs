@@ -465,8 +465,11 @@ impl Engine {
 
     /// Reads the shard that owns `wallet_id` for a history read of that wallet: answers the
     /// read's value and the LSN the history store must cover before it serves the wallet's
-    /// history (the newest record that changed it, or what recovery replayed). Like
-    /// [`Engine::read_wallet`], the answer waits until what it shows is durable.
+    /// history (the newest record that created the wallet or changed its history, or what
+    /// recovery replayed). Unlike [`Engine::read_wallet`] the answer does not wait for the
+    /// shard's latest record to be durable: waiting for the indexer to reach the bound is that
+    /// wait, for the records the read can show. `read` must show only the wallet's unchanging
+    /// facts (or that it does not exist).
     pub async fn read_wallet_for_history<R, F>(
         &self,
         wallet_id: WalletId,
@@ -482,9 +485,7 @@ impl Engine {
             read: Box::new(read),
         })
         .await
-        .map_err(unavailable)??
-        .wait()
-        .await
+        .map_err(unavailable)?
     }
 
     /// Reads every shard with the same function, in shard order.

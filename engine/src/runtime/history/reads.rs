@@ -31,12 +31,13 @@ impl Engine {
     /// The wallet's unchanging facts, after waiting until the store holds every record a caller
     /// could have seen of the wallet's history when it asked. `Ok(Err(_))`: no such wallet.
     ///
-    /// A caller sees a change only once it is durable (every answer, and the shard read here,
-    /// waits for that), and only the records whose events name the wallet change its history;
-    /// the shard answers the LSN of the newest of them with the read
-    /// ([`Engine::read_wallet_for_history`]). Waiting for that one, not for the durable LSN,
-    /// spares a read of a quiet wallet the indexer's whole backlog under load, while a read
-    /// right after a write to the wallet still waits for that write to be filed.
+    /// Only the records whose events name the wallet (its creation, changes to its history)
+    /// bear on what this read shows; the shard answers the LSN of the newest of them with the
+    /// read ([`Engine::read_wallet_for_history`]), and the store holds only durable records, so
+    /// waiting for the indexer to reach it is also the durability wait. Waiting for the durable
+    /// LSN instead, plus the shard's own durability ticket, made a read of a quiet wallet wait
+    /// for the load's group commit and the indexer's whole backlog (statement_page p99
+    /// 169-244 ms); a read right after a write to the wallet still waits for that write.
     async fn holder_caught_up(
         &self,
         wallet_id: WalletId,

@@ -171,13 +171,16 @@ pub enum Event {
 }
 
 impl Event {
-    /// The wallet whose filed history (its transactions, ledger entries and holds, the pages
-    /// the history store serves) this event changes; `None` for every other event. Every
-    /// variant is named, so a new one needs a decision here: a history read of a wallet waits
-    /// only for the records whose events name it.
+    /// The wallet a history read must wait for this event for: the one whose filed history
+    /// (its transactions, ledger entries and holds, the pages the history store serves) it
+    /// changes, or the wallet it creates (a history read shows the wallet's facts, so its
+    /// creation must be durable first); `None` for every other event. Every variant is named,
+    /// so a new one needs a decision here: a history read of a wallet waits only for the
+    /// records whose events name it.
     #[must_use]
     pub fn history_wallet(&self) -> Option<WalletId> {
         match self {
+            Self::WalletCreated(created) => Some(created.wallet_id),
             Self::TransactionRecorded { wallet_id, .. }
             | Self::EntryPosted { wallet_id, .. }
             | Self::EntryReversed { wallet_id, .. }
@@ -185,8 +188,7 @@ impl Event {
             | Self::RefundTotalChanged { wallet_id, .. }
             | Self::HoldPlaced { wallet_id, .. }
             | Self::HoldClosed { wallet_id, .. } => Some(*wallet_id),
-            Self::WalletCreated(_)
-            | Self::WalletStatusChanged { .. }
+            Self::WalletStatusChanged { .. }
             | Self::TransferReserved(_)
             | Self::TransferCredited(_)
             | Self::TransferFinalized { .. }
