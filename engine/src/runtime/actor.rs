@@ -32,6 +32,7 @@ use super::history::History;
 use super::idempotency::IdempotencyTable;
 use super::journal::{IdempotencyRecord, JournalEntry};
 use crate::identity::directory::{Directory, DirectoryCommand, DirectoryEvent};
+use crate::ledger::view::Holder;
 use crate::shard::command::{Command, Context, Outcome, EXPIRE_BATCH_MAX};
 use crate::shard::event::Event;
 use crate::shard::state::Shard;
@@ -115,19 +116,16 @@ impl<R: Send + 'static> Message for Read<R> {
     type Result = Result<Durable<R>, EngineError>;
 }
 
-/// Read the shard for a history read of one wallet: answers the read's value and the LSN the
-/// history store must cover before it serves that wallet's history (see
-/// [`ShardActor::history_bound`]). Not sealed with a durability ticket: the bound covers the
-/// wallet's creation and every change to its history, and the indexer files only durable
-/// records, so waiting for the bound is the durability wait; `read` must show nothing of the
-/// wallet beyond that (its unchanging facts, or that it does not exist).
-pub struct ReadForHistory<R> {
-    pub wallet_id: WalletId,
-    pub read: Box<dyn FnOnce(&Shard) -> R + Send>,
-}
+/// Read a wallet's unchanging facts for a history read of it, with the LSN the history store
+/// must cover before it serves that wallet's history (see [`ShardActor::history_bound`]). Not
+/// sealed with a durability ticket: the bound covers the wallet's creation and every change to
+/// its history, and the indexer files only durable records, so waiting for the bound is the
+/// durability wait for what such a read shows; which is why it answers only the [`Holder`]
+/// (facts fixed at creation), never state that changes.
+pub struct ReadForHistory(pub WalletId);
 
-impl<R: Send + 'static> Message for ReadForHistory<R> {
-    type Result = Result<(R, u64), EngineError>;
+impl Message for ReadForHistory {
+    type Result = Result<(Result<Holder, Rejection>, u64), EngineError>;
 }
 
 /// Drop from memory what the indexer has filed now, instead of at the next tick; answers how
@@ -199,6 +197,9 @@ pub struct ShardActor {
     /// ([`Event::history_wallet`]), kept until the indexer has filed it: a wallet changed less
     /// recently than the indexer's lag has nothing to wait for.
     history_lsns: HashMap<u64, u64>,
+    /// (LSN, wallet) of every entry put in `history_lsns`, oldest first: what to forget once
+    /// filed, without walking the map.
+    history_queue: VecDeque<(u64, u64)>,
     /// The log's last LSN when this actor started: what recovery replayed, which the indexer
     /// may still be filing. Every history read waits for it.
     started_lsn: u64,
@@ -236,6 +237,7 @@ impl ShardActor {
             history,
             unfiled: VecDeque::new(),
             history_lsns: HashMap::new(),
+            history_queue: VecDeque::new(),
             started_lsn: last_lsn,
         }
     }
@@ -252,7 +254,9 @@ impl ShardActor {
     /// to file the whole load's backlog (a statement page's p99 was 169 ms under load).
     fn history_bound(&self, wallet_id: WalletId) -> u64 {
         if self.history.is_none() {
-            // Not tracked without an indexer to forget it: everything this shard logged.
+            // Not tracked without an indexer to forget it (no engine runs so; recovery always
+            // gives the actors the history): everything this shard logged, which the store
+            // holds only once durable.
             return self.last_lsn.max(self.started_lsn);
         }
         self.history_lsns
@@ -279,8 +283,19 @@ impl ShardActor {
         if let Some(stamp) = filed {
             self.shard.evict_filed(stamp);
         }
-        if !self.history_lsns.is_empty() {
-            self.history_lsns.retain(|_, lsn| *lsn > indexed);
+        while let Some(&(lsn, wallet)) = self.history_queue.front() {
+            if lsn > indexed {
+                break;
+            }
+            self.history_queue.pop_front();
+            if self.history_lsns.get(&wallet) == Some(&lsn) {
+                self.history_lsns.remove(&wallet);
+            }
+        }
+        // A burst (or a stalled indexer) may have touched every wallet: give that memory back.
+        if self.history_lsns.capacity() > 4 * self.history_lsns.len() + 1024 {
+            self.history_lsns.shrink_to_fit();
+            self.history_queue.shrink_to_fit();
         }
     }
 
@@ -435,7 +450,9 @@ impl ShardActor {
                 self.last_lsn = ticket.lsn();
                 if self.history.is_some() {
                     for wallet in entry.events.iter().filter_map(Event::history_wallet) {
-                        self.history_lsns.insert(wallet.0, ticket.lsn());
+                        if self.history_lsns.insert(wallet.0, ticket.lsn()) != Some(ticket.lsn()) {
+                            self.history_queue.push_back((ticket.lsn(), wallet.0));
+                        }
                     }
                 }
                 Ok(ticket)
@@ -509,15 +526,15 @@ impl<R: Send + 'static> Handler<Read<R>> for ShardActor {
     }
 }
 
-impl<R: Send + 'static> Handler<ReadForHistory<R>> for ShardActor {
-    type Result = Result<(R, u64), EngineError>;
+impl Handler<ReadForHistory> for ShardActor {
+    type Result = Result<(Result<Holder, Rejection>, u64), EngineError>;
 
-    fn handle(&mut self, read: ReadForHistory<R>, _: &mut Self::Context) -> Self::Result {
+    fn handle(&mut self, read: ReadForHistory, _: &mut Self::Context) -> Self::Result {
         if let Some(reason) = &self.failed {
             return Err(EngineError::Unavailable(reason.clone()));
         }
-        let value = (read.read)(&self.shard);
-        Ok((value, self.history_bound(read.wallet_id)))
+        let holder = self.shard.find_wallet(read.0).map(Holder::from);
+        Ok((holder, self.history_bound(read.0)))
     }
 }
 

@@ -219,8 +219,8 @@ impl Engine {
     }
 
     /// The LSN of the newest record appended to the log (durable or not yet).
-    #[must_use]
-    pub fn wal_last_lsn(&self) -> u64 {
+    #[cfg(test)]
+    pub(crate) fn wal_last_lsn(&self) -> u64 {
         self.inner.wal.last_lsn()
     }
 
@@ -463,29 +463,20 @@ impl Engine {
             .await
     }
 
-    /// Reads the shard that owns `wallet_id` for a history read of that wallet: answers the
-    /// read's value and the LSN the history store must cover before it serves the wallet's
-    /// history (the newest record that created the wallet or changed its history, or what
-    /// recovery replayed). Unlike [`Engine::read_wallet`] the answer does not wait for the
-    /// shard's latest record to be durable: waiting for the indexer to reach the bound is that
-    /// wait, for the records the read can show. `read` must show only the wallet's unchanging
-    /// facts (or that it does not exist).
-    pub async fn read_wallet_for_history<R, F>(
+    /// The wallet's unchanging facts (`Err`: no such wallet) and its history bound: the LSN
+    /// the history store must cover before it serves the wallet's history (the newest record
+    /// that created the wallet or changed its history, or what recovery replayed). Unlike
+    /// [`Engine::read_wallet`] the answer does not wait for the shard's latest record to be
+    /// durable: waiting for the indexer to reach the bound is that wait, for what a history
+    /// read shows.
+    pub(crate) async fn holder_for_history(
         &self,
         wallet_id: WalletId,
-        read: F,
-    ) -> Result<(R, u64), EngineError>
-    where
-        R: Send + 'static,
-        F: FnOnce(&Shard) -> R + Send + 'static,
-    {
-        let addr = self.addr(self.shard_of_wallet(wallet_id))?;
-        addr.send(super::actor::ReadForHistory {
-            wallet_id,
-            read: Box::new(read),
-        })
-        .await
-        .map_err(unavailable)?
+    ) -> Result<(Result<crate::ledger::view::Holder, crate::Rejection>, u64), EngineError> {
+        self.addr(self.shard_of_wallet(wallet_id))?
+            .send(super::actor::ReadForHistory(wallet_id))
+            .await
+            .map_err(unavailable)?
     }
 
     /// Reads every shard with the same function, in shard order.

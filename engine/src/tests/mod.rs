@@ -16,6 +16,7 @@ mod commerce_settlements;
 pub(crate) mod commerce_support;
 mod cross_shard;
 mod fingerprint;
+mod history_reads;
 mod holds;
 mod journal;
 mod memory;

@@ -287,12 +287,15 @@ pub(crate) fn run(
     wal: wal::Wal,
     filing: Arc<super::FilingGate>,
 ) {
-    // Each batch is filed under the gate (see `History::hold_filing`).
-    let held = || filing.open();
     let tick = filer.checkpoint_every.max(Duration::from_millis(10));
     let outcome = (|| -> Result<(), StoreError> {
         loop {
-            match records.recv_timeout(tick) {
+            let received = records.recv_timeout(tick);
+            // Each batch is filed and published under the gate (`History::hold_filing`); a
+            // clean stop does not wait for it.
+            let _gate =
+                (!matches!(received, Err(RecvTimeoutError::Disconnected))).then(|| filing.open());
+            match received {
                 Ok(batch) => {
                     for record in &batch {
                         filer.add(record.lsn, &record.payload)?;
@@ -306,15 +309,10 @@ pub(crate) fn run(
                             break;
                         }
                     }
-                    let _held = held();
                     filer.flush(false)?;
                 }
-                Err(RecvTimeoutError::Timeout) => {
-                    let _held = held();
-                    filer.flush(false)?;
-                }
+                Err(RecvTimeoutError::Timeout) => filer.flush(false)?,
                 Err(RecvTimeoutError::Disconnected) => {
-                    let _held = held();
                     filer.flush(true)?;
                     publish(&progress, &mut filer, &wal);
                     // A clean stop also writes every memtable out, so the next open replays

@@ -46,7 +46,8 @@ pub use crate::runtime::config::HistoryConfig;
 pub struct History {
     store: Arc<HistoryStore>,
     progress: watch::Receiver<Progress>,
-    /// Whether the indexer may file ([`History::hold_filing`]).
+    /// Whether the indexer may file (held back only by tests).
+    #[cfg_attr(not(test), allow(dead_code))]
     filing: Arc<FilingGate>,
 }
 
@@ -63,14 +64,15 @@ impl History {
         }
     }
 
-    /// Holds the indexer back until the returned hold drops: once this returns, the indexer has
-    /// finished the batch it was filing and files nothing more meanwhile, so
-    /// [`History::progress`] stands still (records queue up, and past the indexer's channel the
-    /// log waits). For tests and drills that need the indexer behind on purpose; it costs the
-    /// indexer one uncontended lock per batch.
+    /// Holds the indexer back until the returned hold drops (tests only): once this returns,
+    /// the indexer has finished and published the batch it was filing, and files and publishes
+    /// nothing more meanwhile, so [`History::progress`] stands still (records queue up, and
+    /// past the indexer's channel the log waits). Holds nest. A clean stop does not wait for a
+    /// hold, but a log stalled on a full channel does: drop holds before shutting down.
+    #[cfg(test)]
     #[must_use = "filing resumes when the hold drops"]
-    pub fn hold_filing(&self) -> FilingHold {
-        *self.filing.lock() = true;
+    pub(crate) fn hold_filing(&self) -> FilingHold {
+        *self.filing.lock() += 1;
         FilingHold(self.filing.clone())
     }
 
@@ -103,42 +105,49 @@ impl History {
     }
 }
 
-/// Whether the indexer may file: it files each batch holding this gate's lock, after waiting
-/// while it is held.
+/// Whether the indexer may file: it files and publishes each batch holding this gate's lock,
+/// after waiting while a test holds filing back ([`History::hold_filing`]). Outside tests
+/// nothing holds it, and the lock is uncontended.
 #[derive(Debug, Default)]
 pub(crate) struct FilingGate {
-    held: std::sync::Mutex<bool>,
+    /// How many holds are alive.
+    holds: std::sync::Mutex<usize>,
     released: std::sync::Condvar,
 }
 
 impl FilingGate {
-    fn lock(&self) -> std::sync::MutexGuard<'_, bool> {
-        self.held
+    fn lock(&self) -> std::sync::MutexGuard<'_, usize> {
+        self.holds
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Waits while filing is held, then answers the lock to file under.
-    pub(crate) fn open(&self) -> std::sync::MutexGuard<'_, bool> {
-        let mut held = self.lock();
-        while *held {
-            held = self
+    pub(crate) fn open(&self) -> std::sync::MutexGuard<'_, usize> {
+        let mut holds = self.lock();
+        while *holds > 0 {
+            holds = self
                 .released
-                .wait(held)
+                .wait(holds)
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
         }
-        held
+        holds
     }
 }
 
 /// Filing held back ([`History::hold_filing`]) until this drops.
+#[cfg(test)]
 #[derive(Debug)]
-pub struct FilingHold(Arc<FilingGate>);
+pub(crate) struct FilingHold(Arc<FilingGate>);
 
+#[cfg(test)]
 impl Drop for FilingHold {
     fn drop(&mut self) {
-        *self.0.lock() = false;
-        self.0.released.notify_all();
+        let mut holds = self.0.lock();
+        *holds = holds.saturating_sub(1);
+        if *holds == 0 {
+            self.0.released.notify_all();
+        }
     }
 }
 

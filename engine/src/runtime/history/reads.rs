@@ -33,7 +33,7 @@ impl Engine {
     ///
     /// Only the records whose events name the wallet (its creation, changes to its history)
     /// bear on what this read shows; the shard answers the LSN of the newest of them with the
-    /// read ([`Engine::read_wallet_for_history`]), and the store holds only durable records, so
+    /// read ([`Engine::holder_for_history`]), and the store holds only durable records, so
     /// waiting for the indexer to reach it is also the durability wait. Waiting for the durable
     /// LSN instead, plus the shard's own durability ticket, made a read of a quiet wallet wait
     /// for the load's group commit and the indexer's whole backlog (statement_page p99
@@ -42,11 +42,7 @@ impl Engine {
         &self,
         wallet_id: WalletId,
     ) -> Result<Result<Holder, Rejection>, EngineError> {
-        let (holder, bound) = self
-            .read_wallet_for_history(wallet_id, move |s| {
-                s.find_wallet(wallet_id).map(Holder::from)
-            })
-            .await?;
+        let (holder, bound) = self.holder_for_history(wallet_id).await?;
         if holder.is_ok() {
             self.inner.history.caught_up(bound).await?;
         }

@@ -1,0 +1,111 @@
+//! History reads wait for what their wallet's records need, and nothing more
+//! (`Engine::holder_for_history`, docs/history.md "Reading").
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
+
+use std::sync::Arc;
+
+use rust_decimal::Decimal;
+
+use super::runtime_hardening::{customer_wallet, DebugRenderer, START_MS};
+use crate::runtime::clock::SeededClock;
+use crate::runtime::{Engine, EngineConfig};
+use crate::shard::command::{Details, MoneyMove, Page};
+use crate::{Command, WalletId};
+
+fn open(dir: &std::path::Path, clock: Arc<SeededClock>) -> Engine {
+    let mut config = EngineConfig::new(dir);
+    config.shard_count = 2;
+    config.snapshot_every_records = 0;
+    Engine::open(config, clock, Arc::new(DebugRenderer))
+        .unwrap()
+        .0
+}
+
+fn money(wallet_id: WalletId, amount: Decimal) -> MoneyMove {
+    MoneyMove {
+        wallet_id,
+        amount,
+        currency: None,
+        details: Details::default(),
+    }
+}
+
+async fn create_wallet(engine: &Engine, owner_id: u64) -> WalletId {
+    customer_wallet(engine, owner_id).await
+}
+
+/// A history read of a wallet waits for the newest record that created the wallet or changed
+/// its history, and for no later one: with the indexer held back, a quiet wallet's statement is
+/// served at once, while a wallet on the same shard with an acknowledged but unfiled deposit is
+/// bound to that deposit's record (a wallet created meanwhile, to its creation), and its
+/// statement shows the deposit once filing resumes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_history_read_waits_for_its_own_wallets_records_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(SeededClock::new(22, START_MS));
+    let engine = open(dir.path(), clock);
+    let quiet = create_wallet(&engine, 1).await;
+    let mut owner = 2;
+    let busy = loop {
+        let wallet = create_wallet(&engine, owner).await;
+        if engine.shard_of_wallet(wallet) == engine.shard_of_wallet(quiet) {
+            break wallet;
+        }
+        owner += 1;
+    };
+    for wallet in [quiet, busy] {
+        engine
+            .execute(Command::Deposit(money(wallet, Decimal::new(100, 2))))
+            .await
+            .unwrap();
+    }
+    engine.evict_filed().await.unwrap();
+    let bound = |wallet: WalletId| {
+        let engine = engine.clone();
+        async move { engine.holder_for_history(wallet).await.unwrap().1 }
+    };
+
+    let held = engine.history().hold_filing();
+    let indexed = engine.history().progress().indexed_lsn;
+    engine
+        .execute(Command::Deposit(money(busy, Decimal::new(250, 2))))
+        .await
+        .unwrap();
+    let deposit_lsn = engine.wal_last_lsn();
+    assert!(deposit_lsn > indexed);
+    assert_eq!(
+        engine.history().progress().indexed_lsn,
+        indexed,
+        "filing is held"
+    );
+    assert_eq!(bound(busy).await, deposit_lsn);
+    assert!(bound(quiet).await <= indexed);
+    // A wallet created meanwhile is bound to its creation: its facts are shown only once that
+    // record is durable (filed).
+    let fresh = create_wallet(&engine, owner + 1).await;
+    let created_lsn = engine.wal_last_lsn();
+    assert!(created_lsn > deposit_lsn);
+    assert_eq!(bound(fresh).await, created_lsn);
+    // Served while the deposit is unfiled; before, the read waited for the durable LSN and this
+    // never finished while filing was held (the timeout turns that into a failure).
+    let page = tokio::time::timeout(
+        std::time::Duration::from_secs(60),
+        engine.ledger_page(quiet, Page::default(), None, None),
+    )
+    .await
+    .expect("a quiet wallet's statement waits for no other wallet's records")
+    .unwrap()
+    .unwrap();
+    assert_eq!(page.total, 1);
+
+    drop(held);
+    let page = engine
+        .ledger_page(busy, Page::default(), None, None)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(page.total, 2);
+    assert_eq!(page.records[0].amount, Decimal::new(250, 2));
+    engine.shutdown().unwrap();
+}
