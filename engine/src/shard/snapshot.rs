@@ -416,6 +416,7 @@ fn check_sequence(
 
 fn build_indexes(shard: &Shard, wallets: &[Wallet]) -> Result<Indexes, DecodeError> {
     let mut index = Indexes::default();
+    index.owners.reserve(wallets.len());
     let expected_wallets =
         usize::try_from(shard.next_wallet_seq.saturating_sub(1)).unwrap_or(usize::MAX);
     if wallets.len() != expected_wallets {

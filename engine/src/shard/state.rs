@@ -65,12 +65,26 @@ use crate::values::ids::{EntryId, HoldId, IdSpace, PayoutId, TransactionId, Uuid
 pub const IDLE_WALLET_BYTES_BUDGET: usize = 200;
 
 /// Uniqueness key: one wallet per (owner, currency, wallet type). System accounts use owner id 0.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct OwnerKey {
     pub(crate) owner_id: u64,
     pub(crate) currency: Currency,
     pub(crate) owner_type: OwnerType,
     pub(crate) wallet_type: WalletType,
+}
+
+/// Two words instead of the derived six writes (a length, the code bytes, the minor unit, two
+/// discriminants): the owner index takes one insert per wallet when a snapshot loads, and its
+/// SipHash was 8 % of a 1M-wallet restart. Equal keys write equal words.
+impl std::hash::Hash for OwnerKey {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        state.write_u64(self.owner_id);
+        state.write_u64(
+            u64::from(self.currency.packed()) << 16
+                | (self.owner_type as u64) << 8
+                | self.wallet_type as u64,
+        );
+    }
 }
 
 impl OwnerKey {

@@ -135,6 +135,13 @@ impl Currency {
         u32::from(self.minor_units)
     }
 
+    /// The code and minor unit in one number, equal exactly when the currencies are (for hashing).
+    #[must_use]
+    pub(crate) fn packed(&self) -> u32 {
+        let [a, b, c] = self.code;
+        u32::from_be_bytes([a, b, c, self.minor_units])
+    }
+
     /// The ISO 4217 numeric code (YER 886, USD 840), as EMVCo QR payloads carry it (tag 53).
     #[must_use]
     pub fn numeric_code(&self) -> u16 {
