@@ -264,3 +264,92 @@ async fn payouts_are_routed_by_their_id_to_their_wallet_shard() {
     engine.check_invariants().await.unwrap();
     engine.shutdown().unwrap();
 }
+
+/// The merchant transaction list read from the store off the shard's thread
+/// (`Engine::merchant_transactions_page`: one wallet through the page directory, several merged
+/// by id) equals the shard's own list over memory and store, page by page, for a merchant with
+/// two wallets, with records filed and evicted, records still in memory, and another
+/// merchant's records beside them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn merchant_transactions_from_the_store_equal_the_shards_list() {
+    use engine::ledger::wallet::WalletType;
+    use engine::shard::command::{CreateWallet, Page};
+
+    let dir = tempfile::tempdir().unwrap();
+    let engine = open(dir.path(), 2, 31);
+    let yer_wallet = wallet(&engine, OwnerType::Merchant, 7, 7).await;
+    let created = engine
+        .execute(Command::CreateWallet(CreateWallet {
+            owner_type: OwnerType::Merchant,
+            owner_id: 7,
+            currency: engine::Currency::from_code("USD").unwrap(),
+            wallet_type: WalletType::Primary,
+            business_id: 7,
+            branch_id: 0,
+            meta: None,
+        }))
+        .await
+        .unwrap();
+    let Outcome::Wallet(usd_wallet) = created else {
+        panic!("{created:?}")
+    };
+    let other = wallet(&engine, OwnerType::Merchant, 8, 8).await;
+    let deposit = |wallet_id: WalletId, cents: i64| {
+        Command::Deposit(MoneyMove {
+            wallet_id,
+            amount: Decimal::new(cents, 2),
+            currency: None,
+            details: Details::default(),
+        })
+    };
+    for round in 0..3i64 {
+        for n in 1..=40i64 {
+            let target = match n % 3 {
+                0 => yer_wallet,
+                1 => usd_wallet.id,
+                _ => other,
+            };
+            engine
+                .execute(deposit(target, n + round * 100))
+                .await
+                .unwrap();
+        }
+        if round < 2 {
+            engine.evict_filed().await.unwrap();
+        }
+    }
+    for merchant in [7, 8, 9] {
+        let shard = engine::runtime::owner_shard(merchant, engine.shard_count());
+        for per_page in [1u32, 7, 50] {
+            let mut number = 1;
+            loop {
+                let page = Page::new(number, per_page).unwrap();
+                let from_store = engine
+                    .merchant_transactions_page(merchant, page)
+                    .await
+                    .unwrap();
+                let reference = engine
+                    .read_shard(shard, move |s| s.merchant_transactions_page(merchant, page))
+                    .await
+                    .unwrap()
+                    .unwrap();
+                assert_eq!(from_store.total, reference.total);
+                assert_eq!(
+                    from_store.records, reference.records,
+                    "merchant {merchant}, page {number} of {per_page}"
+                );
+                if from_store.records.is_empty() {
+                    break;
+                }
+                number += 1;
+            }
+        }
+    }
+    let all = engine
+        .merchant_transactions_page(7, Page::new(1, 100).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(all.total, 81); // 27 of every 40 deposits, three rounds
+    assert!(all.records.windows(2).all(|pair| pair[0].id > pair[1].id));
+    engine.shutdown().unwrap();
+}

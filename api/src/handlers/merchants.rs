@@ -202,15 +202,11 @@ pub async fn transactions(app: &SharedApp, call: &Call) -> Handled {
     let merchant_id = merchant_param(call)?;
     authorized_merchant(app, call, merchant_id).await?;
     let requested = call.page()?;
-    let shard = owner_shard(merchant_id, app.engine.shard_count());
     let paged = app
         .engine
-        .read_shard(shard, move |s| {
-            s.merchant_transactions_page(merchant_id, requested)
-        })
+        .merchant_transactions_page(merchant_id, requested)
         .await
-        .map_err(engine_error)?
-        .map_err(|rejection| ApiError::from_rejection(&rejection))?;
+        .map_err(engine_error)?;
     let records = paged.records.iter().map(views::transaction).collect();
     ok(
         StatusCode::OK,

@@ -128,6 +128,14 @@ impl Message for ReadForHistory {
     type Result = Result<(Result<Holder, Rejection>, u64), EngineError>;
 }
 
+/// [`ReadForHistory`] for every wallet of a merchant on this shard (owner type merchant,
+/// business `merchant_id`), in id order, with the latest of their bounds.
+pub struct ReadMerchantForHistory(pub u64);
+
+impl Message for ReadMerchantForHistory {
+    type Result = Result<(Vec<Holder>, u64), EngineError>;
+}
+
 /// Drop from memory what the indexer has filed now, instead of at the next tick; answers how
 /// many records the shard still holds in memory.
 pub struct EvictFiled;
@@ -535,6 +543,28 @@ impl Handler<ReadForHistory> for ShardActor {
         }
         let holder = self.shard.find_wallet(read.0).map(Holder::from);
         Ok((holder, self.history_bound(read.0)))
+    }
+}
+
+impl Handler<ReadMerchantForHistory> for ShardActor {
+    type Result = Result<(Vec<Holder>, u64), EngineError>;
+
+    fn handle(&mut self, read: ReadMerchantForHistory, _: &mut Self::Context) -> Self::Result {
+        if let Some(reason) = &self.failed {
+            return Err(EngineError::Unavailable(reason.clone()));
+        }
+        let holders: Vec<Holder> = self
+            .shard
+            .merchant_wallets_of(read.0)
+            .map(Holder::from)
+            .collect();
+        let bound = holders
+            .iter()
+            .map(|holder| self.history_bound(holder.id))
+            .max()
+            .unwrap_or(0)
+            .max(self.started_lsn);
+        Ok((holders, bound))
     }
 }
 

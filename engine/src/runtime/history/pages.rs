@@ -108,6 +108,71 @@ pub(crate) fn newest_first_raw(
     Ok(rows)
 }
 
+/// The records of `kind` of several wallets merged newest first (ids are shard-wide and only
+/// grow, so the id orders them), `skip` then at most `take`: one reverse range per wallet, a
+/// merge over their heads, O(skip + take) keys read and only the taken values kept. Each row is
+/// (the wallet's index in `wallets`, key, value).
+pub(crate) fn newest_merged_raw(
+    open: &Open,
+    kind: Paged,
+    wallets: &[WalletId],
+    skip: u64,
+    take: u64,
+) -> Result<Vec<(usize, fjall::Slice, fjall::Slice)>, StoreError> {
+    let keyspace = kind.keyspace(open);
+    let mut ranges: Vec<std::iter::Rev<fjall::Iter>> = wallets
+        .iter()
+        .map(|wallet| {
+            keyspace
+                .range(key2(wallet.0, 0)..=key2(wallet.0, u64::MAX))
+                .rev()
+        })
+        .collect();
+    // Per wallet, its newest record not yet merged; the heap orders their ids.
+    let mut heads: Vec<Option<(fjall::Slice, fjall::Slice)>> = vec![None; wallets.len()];
+    let mut order = std::collections::BinaryHeap::new();
+    for index in 0..wallets.len() {
+        advance(index, &mut ranges, &mut heads, &mut order)?;
+    }
+    let mut rows = Vec::new();
+    let mut skipped = 0u64;
+    while (rows.len() as u64) < take {
+        let Some((_, index)) = order.pop() else {
+            break;
+        };
+        let head = heads.get_mut(index).and_then(Option::take);
+        advance(index, &mut ranges, &mut heads, &mut order)?;
+        let Some((key, value)) = head else {
+            continue;
+        };
+        if skipped < skip {
+            skipped += 1;
+        } else {
+            rows.push((index, key, value));
+        }
+    }
+    Ok(rows)
+}
+
+/// Moves wallet `index`'s merge head to its next (older) record, if any, and queues its id.
+fn advance(
+    index: usize,
+    ranges: &mut [std::iter::Rev<fjall::Iter>],
+    heads: &mut [Option<(fjall::Slice, fjall::Slice)>],
+    order: &mut std::collections::BinaryHeap<(u64, usize)>,
+) -> Result<(), StoreError> {
+    let Some(guard) = ranges.get_mut(index).and_then(Iterator::next) else {
+        return Ok(());
+    };
+    let (key, value) = guard.into_inner()?;
+    let [_, id] = numbers::<2>("record key", &key)?;
+    order.push((id, index));
+    if let Some(head) = heads.get_mut(index) {
+        *head = Some((key, value));
+    }
+    Ok(())
+}
+
 /// Builds the directory of a store that has records but no `pages_complete` marker (written
 /// before the directory existed), then sets the marker; a new store only gets the marker. Runs
 /// before the indexer starts. Logs its progress: it reads every record key once.

@@ -86,6 +86,43 @@ impl Engine {
         .await
     }
 
+    /// Every transaction of the merchant's wallets (payments in, refunds, payouts, settlements,
+    /// deposits, ...), newest first: waits for the latest history bound of those wallets, then
+    /// reads the store (`HistoryStore::merged_transactions_page`), so a page costs O(offset +
+    /// page) keys and no time on the shard's thread.
+    pub async fn merchant_transactions_page(
+        &self,
+        merchant_id: u64,
+        page: Page,
+    ) -> Result<Paged<TransactionView>, EngineError> {
+        let shard = crate::values::ids::owner_shard(merchant_id, self.shard_count());
+        let (holders, bound) = self
+            .addr(shard)?
+            .send(crate::runtime::actor::ReadMerchantForHistory(merchant_id))
+            .await
+            .map_err(|error| EngineError::Unavailable(error.to_string()))??;
+        self.inner.history.caught_up(bound).await?;
+        let wallets: Vec<WalletId> = holders.iter().map(|holder| holder.id).collect();
+        let (offset, per_page) = (page.offset() as u64, u64::from(page.per_page()));
+        let found = self
+            .inner
+            .history
+            .store()
+            .merged_transactions_page(&wallets, offset, per_page)
+            .map_err(unavailable)?;
+        let mut records = Vec::with_capacity(found.records.len());
+        for (index, transaction) in &found.records {
+            let holder = holders.get(*index).copied().ok_or_else(|| {
+                EngineError::Unavailable("the store answered an unknown wallet".into())
+            })?;
+            records.push(TransactionView::of(holder, transaction));
+        }
+        Ok(Paged {
+            records,
+            total: found.total,
+        })
+    }
+
     /// A wallet's ledger (statement), newest first, optionally only entries created within
     /// `from_ms..=to_ms`.
     pub async fn ledger_page(

@@ -302,8 +302,18 @@ impl Shard {
             .collect()
     }
 
+    /// The merchant's wallets on this shard (owner type merchant, business `merchant_id`), in
+    /// id order.
+    pub fn merchant_wallets_of(&self, merchant_id: u64) -> impl Iterator<Item = &Wallet> {
+        self.wallets().filter(move |wallet| {
+            wallet.owner_type() == OwnerType::Merchant && wallet.business_id() == merchant_id
+        })
+    }
+
     /// Every transaction of the merchant's wallets on this shard (payments in, refunds, payouts,
-    /// settlements, deposits, ...), newest first.
+    /// settlements, deposits, ...), newest first, memory and store merged: the reference the
+    /// tests hold [`crate::runtime::Engine::merchant_transactions_page`] to (it reads the store
+    /// off this thread, O(page) keys instead of every transaction).
     pub fn merchant_transactions_page(
         &self,
         merchant_id: u64,
@@ -313,9 +323,7 @@ impl Shard {
             &crate::ledger::wallet::Wallet,
             crate::ledger::transaction::Transaction,
         )> = Vec::new();
-        for wallet in self.wallets().filter(|wallet| {
-            wallet.owner_type() == OwnerType::Merchant && wallet.business_id() == merchant_id
-        }) {
+        for wallet in self.merchant_wallets_of(merchant_id) {
             self.for_each_transaction(wallet, |transaction| {
                 credits.push((wallet, transaction.clone()));
                 true
