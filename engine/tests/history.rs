@@ -634,6 +634,28 @@ async fn assert_payouts_match(engine: &Engine, reference: &[engine::Shard], wall
                 .map(|s| s.payouts_page(&filter, page).unwrap())
                 .collect();
             assert_eq!(live, whole, "{filter:?}, page {number} of {per_page}");
+            // The engine's list over every shard, read from the store: the shards' whole
+            // lists merged newest first (as the API merged them before).
+            let mut merged: Vec<_> = reference
+                .iter()
+                .flat_map(|s| {
+                    s.payouts_page(&filter, Page::first(10_000))
+                        .unwrap()
+                        .records
+                })
+                .collect();
+            merged.sort_by_key(|view| std::cmp::Reverse((view.created_at_ms, view.id.0)));
+            let from_store = engine.payouts_page(filter, page).await.unwrap();
+            assert_eq!(from_store.total, merged.len() as u64, "{filter:?}");
+            assert_eq!(
+                from_store.records,
+                merged
+                    .into_iter()
+                    .skip(page.offset())
+                    .take(per_page as usize)
+                    .collect::<Vec<_>>(),
+                "{filter:?}, page {number} of {per_page}, from the store"
+            );
         }
     }
     let range = ReportRange {

@@ -6,7 +6,7 @@
 //! shard (or of one, when filtered by wallet).
 
 use engine::commerce::payout::{PayoutStatus, PeriodType, SettlementStatus};
-use engine::commerce::view::{PayoutView, SettlementView};
+use engine::commerce::view::SettlementView;
 use engine::runtime::WalletScope;
 use engine::shard::command::{CreatePayout, CreateSettlement};
 use engine::shard::commerce::query::{PayoutFilter, SettlementFilter};
@@ -288,14 +288,11 @@ pub async fn list_payouts(app: &SharedApp, call: &Call) -> Handled {
         status: scope.status.as_deref().map(payout_status).transpose()?,
         business_id: Some(scope.business_id),
     };
-    let paged = merged(
-        app,
-        scope.wallet_id,
-        requested,
-        move |s, head| s.payouts_page(&filter, head),
-        |p: &PayoutView| (p.created_at_ms, p.id.0),
-    )
-    .await?;
+    let paged = app
+        .engine
+        .payouts_page(filter, requested)
+        .await
+        .map_err(engine_error)?;
     let records = paged.records.iter().map(payout).collect();
     let data = page(
         records,

@@ -6,8 +6,11 @@ use std::sync::Arc;
 
 use rust_decimal::Decimal;
 
+use crate::commerce::payout::Payout;
+use crate::commerce::view::PayoutView;
 use crate::ledger::transfer::TransitTotals;
 use crate::shard::commerce::invariants::{check_cross_shard_pairs, CrossShardLegs};
+use crate::shard::commerce::query::PayoutFilter;
 use crate::shard::moves::Leg;
 use crate::values::currency::Currency;
 
@@ -121,6 +124,51 @@ impl Engine {
             records,
             total: found.total,
         })
+    }
+
+    /// Payouts that `filter` accepts, of every shard, newest first (by creation time, then id):
+    /// read from the store off the shards' threads once the indexer covers the durable LSN
+    /// (everything a caller could have seen), one wallet's through `wallet_payouts`, otherwise
+    /// every filed payout. Before, each shard visited the store range of every wallet of the
+    /// business on its own thread, stopping every command of the shard for as long.
+    pub async fn payouts_page(
+        &self,
+        filter: PayoutFilter,
+        page: Page,
+    ) -> Result<Paged<PayoutView>, EngineError> {
+        self.inner
+            .history
+            .caught_up(self.inner.wal.durable_lsn())
+            .await?;
+        let store = self.inner.store.clone();
+        tokio::task::spawn_blocking(move || {
+            let keep = |payout: &Payout| {
+                filter
+                    .wallet_id
+                    .is_none_or(|wallet| wallet == payout.wallet_id)
+                    && filter.status.is_none_or(|status| status == payout.status)
+                    && filter
+                        .business_id
+                        .is_none_or(|business| business == payout.business_id)
+            };
+            let mut matching = store.payouts_where(filter.wallet_id, &keep)?;
+            matching.sort_unstable_by_key(|payout| {
+                std::cmp::Reverse((payout.created.at_ms, payout.id.0))
+            });
+            let records = matching
+                .iter()
+                .skip(page.offset())
+                .take(page.per_page() as usize)
+                .map(|payout| PayoutView::of(&*store, payout))
+                .collect();
+            Ok(Paged {
+                records,
+                total: matching.len() as u64,
+            })
+        })
+        .await
+        .map_err(|error| EngineError::Unavailable(format!("payout list read: {error}")))?
+        .map_err(unavailable)
     }
 
     /// A wallet's ledger (statement), newest first, optionally only entries created within

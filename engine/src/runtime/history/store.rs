@@ -726,6 +726,35 @@ impl HistoryStore {
         self.with(|open| get(&open.payouts, id.0.to_be_bytes(), "payout"))
     }
 
+    /// Every filed payout that `keep` accepts: of `wallet` only (through `wallet_payouts`), or
+    /// of every wallet of every shard (the `payouts` keyspace, in id order).
+    pub fn payouts_where(
+        &self,
+        wallet: Option<WalletId>,
+        keep: &dyn Fn(&Payout) -> bool,
+    ) -> Result<Vec<Payout>, StoreError> {
+        let mut kept = Vec::new();
+        match wallet {
+            Some(wallet) => self.for_each_payout(wallet, &mut |payout| {
+                if keep(payout) {
+                    kept.push(payout.clone());
+                }
+                true
+            })?,
+            None => self.with(|open| {
+                for guard in open.payouts.iter() {
+                    let (key, bytes) = guard.into_inner()?;
+                    let payout: Payout = decode("payout", &key, &bytes)?;
+                    if keep(&payout) {
+                        kept.push(payout);
+                    }
+                }
+                Ok(())
+            })?,
+        }
+        Ok(kept)
+    }
+
     /// Visits every payout of wallet `wallet`, oldest first, until `visit` returns false.
     pub fn for_each_payout(
         &self,
@@ -934,6 +963,25 @@ fn newest_first<T: DeserializeOwned>(
         .into_iter()
         .map(|(key, bytes)| decode(what, &key, &bytes))
         .collect()
+}
+
+/// The uuids a payout's or payment's view shows, from the store (for views rendered off the
+/// shards' threads, after the indexer covers what the caller could have seen). A record the
+/// store cannot read shows no uuid, as the shards' own lookup does for a record it lacks.
+impl crate::commerce::view::RecordUuids for HistoryStore {
+    fn transaction_uuid(&self, wallet_id: WalletId, id: TransactionId) -> Option<Uuid> {
+        self.transaction(wallet_id, id)
+            .ok()
+            .flatten()
+            .map(|transaction| transaction.uuid)
+    }
+
+    fn hold_uuid(&self, wallet_id: WalletId, id: HoldId) -> Option<Uuid> {
+        self.hold(wallet_id, id)
+            .ok()
+            .flatten()
+            .map(|hold| hold.uuid)
+    }
 }
 
 /// The store as the shards' source of records that left memory (`shard::cold`).
