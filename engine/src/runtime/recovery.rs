@@ -439,6 +439,11 @@ pub(crate) fn open(
             )
         })
         .map_err(|e| OpenError::Start(format!("spawn the history indexer: {e}")))?;
+    let compactor_store = Arc::downgrade(&store);
+    std::thread::Builder::new()
+        .name("history-compactor".into())
+        .spawn(move || history::store::run_compactor(compactor_store))
+        .map_err(|e| OpenError::Start(format!("spawn the history compactor: {e}")))?;
     let history_handle = History::new(store.clone(), progress_rx, filing);
     // Recorded only once the log is open, so under its lock: no other process is using the dir.
     if recorded.is_none() {
