@@ -439,11 +439,6 @@ pub(crate) fn open(
             )
         })
         .map_err(|e| OpenError::Start(format!("spawn the history indexer: {e}")))?;
-    let compactor_store = Arc::downgrade(&store);
-    std::thread::Builder::new()
-        .name("history-compactor".into())
-        .spawn(move || history::store::run_compactor(compactor_store))
-        .map_err(|e| OpenError::Start(format!("spawn the history compactor: {e}")))?;
     let history_handle = History::new(store.clone(), progress_rx, filing);
     // Recorded only once the log is open, so under its lock: no other process is using the dir.
     if recorded.is_none() {
@@ -783,6 +778,13 @@ fn start(
     let actor_table = table.clone();
     let failure = Arc::new(std::sync::OnceLock::new());
     let actor_failure = Arc::clone(&failure);
+    // A second compactor beside fjall's worker; its failure stops the engine like a shard's.
+    let compactor_store = Arc::downgrade(&store);
+    let compactor_failure = Arc::clone(&failure);
+    std::thread::Builder::new()
+        .name("history-compactor".into())
+        .spawn(move || history::store::run_compactor(compactor_store, compactor_failure))
+        .map_err(|e| OpenError::Start(format!("spawn the history compactor: {e}")))?;
     let capacity = config.mailbox_capacity;
     let hold_tick = config.hold_tick;
     let actor_history = history.clone();

@@ -380,29 +380,32 @@ impl HistoryStore {
         guard.take();
     }
 
-    /// One round of the second compactor ([`run_compactor`]): asks the compaction strategy of
-    /// each append-mostly keyspace for work and does it on this thread; answers whether any
-    /// keyspace's tables changed. Old versions are kept (a watermark of 0: nothing is dropped
-    /// that a reader might still see); fjall's own worker drops them when it next compacts.
-    pub(crate) fn compact_round(&self) -> Result<bool, StoreError> {
+    /// The keyspaces the second compactor ([`run_compactor`]) works on: the largest
+    /// append-mostly ones.
+    const COMPACTED: usize = 5;
+
+    /// One step of the second compactor: asks the compaction strategy of keyspace `which` (of
+    /// [`Self::COMPACTED`]) for work and does it on this thread; answers whether it did any (a
+    /// compaction that found nothing returns at once). Old versions are kept (a watermark of
+    /// 0: nothing is dropped that a reader might still see); fjall's own worker and flushes
+    /// drop them later with the real watermark. One keyspace per call, so a [`Self::close`]
+    /// waits for at most one compaction.
+    pub(crate) fn compact_step(&self, which: usize) -> Result<bool, StoreError> {
         use fjall::AbstractTree;
         self.with(|open| {
-            let mut worked = false;
-            for keyspace in [
-                &open.entries,
-                &open.transactions,
-                &open.entry_times,
-                &open.tx_uuids,
-                &open.answer_times,
-            ] {
-                let before = keyspace.tree.table_count();
-                keyspace
-                    .tree
-                    .compact(keyspace.config.compaction_strategy.clone(), 0)
-                    .map_err(|error| StoreError::Rule(format!("compaction: {error}")))?;
-                worked |= keyspace.tree.table_count() != before;
-            }
-            Ok(worked)
+            let keyspace = match which % Self::COMPACTED {
+                0 => &open.entries,
+                1 => &open.transactions,
+                2 => &open.entry_times,
+                3 => &open.tx_uuids,
+                _ => &open.answer_times,
+            };
+            let started = std::time::Instant::now();
+            keyspace
+                .tree
+                .compact(keyspace.config.compaction_strategy.clone(), 0)
+                .map_err(|error| StoreError::Rule(format!("compaction: {error}")))?;
+            Ok(started.elapsed() >= std::time::Duration::from_millis(2))
         })
     }
 
@@ -1110,26 +1113,46 @@ impl crate::shard::cold::ColdHistory for HistoryStore {
 /// A second compaction thread beside fjall's one worker (which cannot be two: see
 /// [`HistoryStore::open`]). By minute 8 of a soak that worker spent a whole core compacting
 /// while the process used 1.48 of 2, and flushes waited behind it; this thread takes
-/// compactions of the largest append-mostly keyspaces in parallel (lsm-tree hides the tables a
-/// compaction works on, so the two never pick the same ones). Holds the store only during a
-/// round, so dropping the store's last other handle closes it; returns once the store is
-/// closed or dropped.
-pub fn run_compactor(store: std::sync::Weak<HistoryStore>) {
-    loop {
+/// compactions of the largest append-mostly keyspaces in parallel (lsm-tree picks and hides a
+/// compaction's tables under one lock, so the two never take the same ones). Holds the store
+/// only during a step, so dropping the store's last other handle closes it; returns once the
+/// store is closed or dropped.
+///
+/// Fail-stop, as fjall poisons its database when its own worker's compaction fails: an error
+/// or a panic is recorded in `failure` (the engine's first failure, which stops the process)
+/// and the thread ends, rather than retrying a merge over damaged tables or a full disk.
+pub fn run_compactor(
+    store: std::sync::Weak<HistoryStore>,
+    failure: std::sync::Arc<std::sync::OnceLock<String>>,
+) {
+    let mut idle = 0;
+    for which in (0..HistoryStore::COMPACTED).cycle() {
         let Some(held) = store.upgrade() else {
             return;
         };
-        let round = held.compact_round();
+        let step =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| held.compact_step(which)));
         drop(held);
-        match round {
-            Ok(true) => {}
-            Ok(false) => std::thread::sleep(std::time::Duration::from_millis(50)),
-            Err(StoreError::Closed) => return,
-            Err(error) => {
-                tracing::warn!(%error, "a history store compaction failed; retrying in 1 s");
-                std::thread::sleep(std::time::Duration::from_secs(1));
+        let reason = match step {
+            Ok(Ok(true)) => {
+                idle = 0;
+                continue;
             }
-        }
+            Ok(Ok(false)) => {
+                idle += 1;
+                if idle >= HistoryStore::COMPACTED {
+                    idle = 0;
+                    std::thread::sleep(std::time::Duration::from_millis(50));
+                }
+                continue;
+            }
+            Ok(Err(StoreError::Closed)) => return,
+            Ok(Err(error)) => error.to_string(),
+            Err(_) => "the history compactor panicked".to_string(),
+        };
+        tracing::error!(reason = %reason, "the history store's compactor stopped; the process must restart");
+        let _ = failure.set(format!("history compactor: {reason}"));
+        return;
     }
 }
 
@@ -1175,7 +1198,9 @@ mod compactor_tests {
         let store = std::sync::Arc::new(HistoryStore::open(dir.path(), 1 << 20).unwrap());
         for round in 0..4u64 {
             flushed_tables(&store, 9, round * 9);
-            while store.compact_round().unwrap() {}
+            for which in 0..HistoryStore::COMPACTED {
+                while store.compact_step(which).unwrap() {}
+            }
         }
         store
             .with(|open| {
@@ -1189,10 +1214,12 @@ mod compactor_tests {
             })
             .unwrap();
         // Closed: the loop ends at its next round; dropped: likewise.
+        let failure = std::sync::Arc::new(std::sync::OnceLock::new());
         store.close();
-        super::run_compactor(std::sync::Arc::downgrade(&store));
+        super::run_compactor(std::sync::Arc::downgrade(&store), failure.clone());
         let dropped = std::sync::Arc::downgrade(&store);
         drop(store);
-        super::run_compactor(dropped);
+        super::run_compactor(dropped, failure.clone());
+        assert!(failure.get().is_none(), "closing is not a failure");
     }
 }
