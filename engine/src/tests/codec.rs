@@ -412,6 +412,23 @@ proptest! {
             let _ = shard.expire_holds(i64::MAX);
         }
     }
+
+    /// The whole snapshot image (shards' states borrowed out of it, directory, keys): random
+    /// bytes, and a real image with bytes flipped or cut short, never panic.
+    #[test]
+    fn image_loading_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..512), flips in proptest::collection::vec((any::<usize>(), any::<u8>()), 1..6), cut in any::<usize>()) {
+        use crate::identity::directory::Directory;
+        use crate::runtime::image;
+        let _ = image::decode(&bytes);
+        let mut encoded =
+            image::encode(&[(7, sample_shard())], &Directory::new(), &[]).unwrap();
+        let len = encoded.len();
+        let _ = image::decode(&encoded[..cut % len]);
+        for (at, value) in flips {
+            encoded[at % len] ^= value;
+        }
+        let _ = image::decode(&encoded);
+    }
 }
 
 fn sample_shard() -> Shard {
