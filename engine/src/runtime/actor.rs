@@ -561,9 +561,7 @@ impl Handler<ReadMerchantForHistory> for ShardActor {
         let bound = holders
             .iter()
             .map(|holder| self.history_bound(holder.id))
-            .max()
-            .unwrap_or(0)
-            .max(self.started_lsn);
+            .fold(self.started_lsn, u64::max);
         Ok((holders, bound))
     }
 }

@@ -479,6 +479,21 @@ impl Engine {
             .map_err(unavailable)?
     }
 
+    /// [`Engine::holder_for_history`] for every wallet of merchant `merchant_id` (on its owner
+    /// shard), in id order, with the latest of their bounds.
+    pub(crate) async fn merchant_holders_for_history(
+        &self,
+        merchant_id: u64,
+    ) -> Result<(Vec<crate::ledger::view::Holder>, u64), EngineError> {
+        self.addr(crate::values::ids::owner_shard(
+            merchant_id,
+            self.shard_count(),
+        ))?
+        .send(super::actor::ReadMerchantForHistory(merchant_id))
+        .await
+        .map_err(unavailable)?
+    }
+
     /// Reads every shard with the same function, in shard order.
     pub async fn read_all<R, F>(&self, read: F) -> Result<Vec<R>, EngineError>
     where

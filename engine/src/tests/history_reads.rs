@@ -7,11 +7,12 @@ use std::sync::Arc;
 
 use rust_decimal::Decimal;
 
+use super::deposit;
 use super::runtime_hardening::{customer_wallet, DebugRenderer, START_MS};
 use crate::runtime::clock::SeededClock;
 use crate::runtime::{Engine, EngineConfig};
-use crate::shard::command::{Details, MoneyMove, Page};
-use crate::{Command, WalletId};
+use crate::shard::command::Page;
+use crate::WalletId;
 
 fn open(dir: &std::path::Path, clock: Arc<SeededClock>) -> Engine {
     let mut config = EngineConfig::new(dir);
@@ -20,19 +21,6 @@ fn open(dir: &std::path::Path, clock: Arc<SeededClock>) -> Engine {
     Engine::open(config, clock, Arc::new(DebugRenderer))
         .unwrap()
         .0
-}
-
-fn money(wallet_id: WalletId, amount: Decimal) -> MoneyMove {
-    MoneyMove {
-        wallet_id,
-        amount,
-        currency: None,
-        details: Details::default(),
-    }
-}
-
-async fn create_wallet(engine: &Engine, owner_id: u64) -> WalletId {
-    customer_wallet(engine, owner_id).await
 }
 
 /// A history read of a wallet waits for the newest record that created the wallet or changed
@@ -45,20 +33,17 @@ async fn a_history_read_waits_for_its_own_wallets_records_only() {
     let dir = tempfile::tempdir().unwrap();
     let clock = Arc::new(SeededClock::new(22, START_MS));
     let engine = open(dir.path(), clock);
-    let quiet = create_wallet(&engine, 1).await;
+    let quiet = customer_wallet(&engine, 1).await;
     let mut owner = 2;
     let busy = loop {
-        let wallet = create_wallet(&engine, owner).await;
+        let wallet = customer_wallet(&engine, owner).await;
         if engine.shard_of_wallet(wallet) == engine.shard_of_wallet(quiet) {
             break wallet;
         }
         owner += 1;
     };
     for wallet in [quiet, busy] {
-        engine
-            .execute(Command::Deposit(money(wallet, Decimal::new(100, 2))))
-            .await
-            .unwrap();
+        engine.execute(deposit(wallet, "1.00")).await.unwrap();
     }
     engine.evict_filed().await.unwrap();
     let bound = |wallet: WalletId| {
@@ -68,10 +53,7 @@ async fn a_history_read_waits_for_its_own_wallets_records_only() {
 
     let held = engine.history().hold_filing();
     let indexed = engine.history().progress().indexed_lsn;
-    engine
-        .execute(Command::Deposit(money(busy, Decimal::new(250, 2))))
-        .await
-        .unwrap();
+    engine.execute(deposit(busy, "2.50")).await.unwrap();
     let deposit_lsn = engine.wal_last_lsn();
     assert!(deposit_lsn > indexed);
     assert_eq!(
@@ -83,7 +65,7 @@ async fn a_history_read_waits_for_its_own_wallets_records_only() {
     assert!(bound(quiet).await <= indexed);
     // A wallet created meanwhile is bound to its creation: its facts are shown only once that
     // record is durable (filed).
-    let fresh = create_wallet(&engine, owner + 1).await;
+    let fresh = customer_wallet(&engine, owner + 1).await;
     let created_lsn = engine.wal_last_lsn();
     assert!(created_lsn > deposit_lsn);
     assert_eq!(bound(fresh).await, created_lsn);

@@ -6,7 +6,6 @@ use std::sync::Arc;
 
 use rust_decimal::Decimal;
 
-use crate::commerce::payout::Payout;
 use crate::commerce::view::PayoutView;
 use crate::ledger::transfer::TransitTotals;
 use crate::shard::commerce::invariants::{check_cross_shard_pairs, CrossShardLegs};
@@ -98,12 +97,7 @@ impl Engine {
         merchant_id: u64,
         page: Page,
     ) -> Result<Paged<TransactionView>, EngineError> {
-        let shard = crate::values::ids::owner_shard(merchant_id, self.shard_count());
-        let (holders, bound) = self
-            .addr(shard)?
-            .send(crate::runtime::actor::ReadMerchantForHistory(merchant_id))
-            .await
-            .map_err(|error| EngineError::Unavailable(error.to_string()))??;
+        let (holders, bound) = self.merchant_holders_for_history(merchant_id).await?;
         self.inner.history.caught_up(bound).await?;
         let wallets: Vec<WalletId> = holders.iter().map(|holder| holder.id).collect();
         let (offset, per_page) = (page.offset() as u64, u64::from(page.per_page()));
@@ -142,16 +136,8 @@ impl Engine {
             .await?;
         let store = self.inner.store.clone();
         tokio::task::spawn_blocking(move || {
-            let keep = |payout: &Payout| {
-                filter
-                    .wallet_id
-                    .is_none_or(|wallet| wallet == payout.wallet_id)
-                    && filter.status.is_none_or(|status| status == payout.status)
-                    && filter
-                        .business_id
-                        .is_none_or(|business| business == payout.business_id)
-            };
-            let mut matching = store.payouts_where(filter.wallet_id, &keep)?;
+            let mut matching =
+                store.payouts_where(filter.wallet_id, &|payout| filter.accepts(payout))?;
             matching.sort_unstable_by_key(|payout| {
                 std::cmp::Reverse((payout.created.at_ms, payout.id.0))
             });

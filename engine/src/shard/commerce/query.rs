@@ -37,6 +37,16 @@ pub struct PayoutFilter {
     pub business_id: Option<u64>,
 }
 
+impl PayoutFilter {
+    /// Whether `payout` passes every filter that is set.
+    #[must_use]
+    pub fn accepts(&self, payout: &Payout) -> bool {
+        matches(self.wallet_id, payout.wallet_id)
+            && matches(self.status, payout.status)
+            && matches(self.business_id, payout.business_id)
+    }
+}
+
 /// Filters of `GET /wallet-settlements`; `None` matches everything.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SettlementFilter {
@@ -230,10 +240,7 @@ impl Shard {
                     && matches(filter.business_id, wallet.business_id())
             },
             |payout| {
-                if matches(filter.wallet_id, payout.wallet_id)
-                    && matches(filter.status, payout.status)
-                    && matches(filter.business_id, payout.business_id)
-                {
+                if filter.accepts(payout) {
                     matching.push(payout.clone());
                 }
                 true
