@@ -18,12 +18,15 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use super::answers::file_answer;
+use super::epochs::{
+    id_epoch, record_key, time_index_key, wallet_records, EpochsSeen, ENTRY_TIMES,
+};
 use super::moves::MoveOverlay;
 use super::pages::{directory_key, starts_block, Paged};
 use super::report_days::{ReportBatch, Scope};
 use super::store::{
-    counts_in, decode, encode, key2, key3, payment_writes, payout_writes, time_key, HistoryStore,
-    Open, StoreError, Write, COMMERCE_COMPLETE, INDEXED_LSN,
+    counts_in, decode, encode, key2, key3, payment_writes, payout_writes, HistoryStore, Open,
+    StoreError, Write, COMMERCE_COMPLETE, INDEXED_LSN,
 };
 use crate::commerce::payment::Payment;
 use crate::commerce::payout::Payout;
@@ -47,6 +50,8 @@ pub(crate) struct ChainHeads {
     /// Each recently seen wallet's business, currency and whether the transaction report counts
     /// it (a miss reads `report_subjects`); forgotten past [`CHAIN_HEADS_MAX`].
     scopes: HashMap<u64, Scope>,
+    /// The epochs of each recently filed wallet's records ([`super::epochs`]).
+    epochs: EpochsSeen,
 }
 
 impl ChainHeads {
@@ -55,6 +60,7 @@ impl ChainHeads {
         self.heads.clear();
         self.counts.clear();
         self.scopes.clear();
+        self.epochs.clear();
     }
 }
 
@@ -186,16 +192,19 @@ impl Batch<'_> {
         }
     }
 
+    /// Files a wallet's transaction, entry or hold (`key`: wallet, id) under its epoch-first key,
+    /// and into the overlay under `wallet | id`.
     fn put<T: Serialize>(
         &mut self,
         kind: Kind,
-        key: [u8; 16],
+        key: (u64, u64),
         value: &T,
     ) -> Result<(), StoreError> {
         let bytes = fjall::Slice::from(encode(value)?);
         let keyspace = self.keyspace(kind).clone();
-        self.writes.insert(&keyspace, key, bytes.clone());
-        self.overlay.insert((kind, key), bytes);
+        self.writes
+            .insert(&keyspace, record_key(key.0, key.1), bytes.clone());
+        self.overlay.insert((kind, key2(key.0, key.1)), bytes);
         Ok(())
     }
 
@@ -205,10 +214,10 @@ impl Batch<'_> {
         what: &'static str,
         key: (u64, u64),
     ) -> Result<T, StoreError> {
-        let bytes = key2(key.0, key.1);
-        if let Some(value) = self.overlay.get(&(kind, bytes)) {
-            return decode(what, &bytes, value);
+        if let Some(value) = self.overlay.get(&(kind, key2(key.0, key.1))) {
+            return decode(what, &key2(key.0, key.1), value);
         }
+        let bytes = record_key(key.0, key.1);
         let value = self
             .keyspace(kind)
             .get(bytes)?
@@ -259,17 +268,49 @@ impl Batch<'_> {
         Ok(())
     }
 
+    /// Files a new transaction or hold (`kind`) of `wallet`: the record, its uuid index, its
+    /// ordinal (and directory key) and its epoch.
+    fn file_new<T: Serialize>(
+        &mut self,
+        heads: &mut ChainHeads,
+        kind: Paged,
+        (wallet, id): (u64, u64),
+        record: &T,
+        uuid: crate::values::ids::Uuid,
+    ) -> Result<(), StoreError> {
+        let (overlay, uuids) = match kind {
+            Paged::Transaction => (Kind::Transaction, self.open.tx_uuids.clone()),
+            Paged::Hold => (Kind::Hold, self.open.hold_uuids.clone()),
+            Paged::Entry => return Err(StoreError::Rule("an entry has no uuid".into())),
+        };
+        self.put(overlay, (wallet, id), record)?;
+        self.writes
+            .insert(&uuids, uuid.0, key2(wallet, id).to_vec());
+        self.ordinal(heads, wallet, kind, id)?;
+        heads.epochs.note(
+            self.open,
+            &mut self.writes,
+            wallet,
+            kind as u64,
+            id_epoch(id),
+        );
+        Ok(())
+    }
+
     fn file(&mut self, event: &Event, heads: &mut ChainHeads) -> Result<(), StoreError> {
         match event {
             Event::TransactionRecorded {
                 wallet_id,
                 transaction,
             } => {
-                let key = key2(wallet_id.0, transaction.id.0);
-                self.put(Kind::Transaction, key, transaction)?;
-                let uuids = self.open.tx_uuids.clone();
-                self.writes.insert(&uuids, transaction.uuid.0, key.to_vec());
-                self.ordinal(heads, wallet_id.0, Paged::Transaction, transaction.id.0)?;
+                let record = (wallet_id.0, transaction.id.0);
+                self.file_new(
+                    heads,
+                    Paged::Transaction,
+                    record,
+                    transaction,
+                    transaction.uuid,
+                )?;
             }
             Event::EntryPosted { wallet_id, entry } => {
                 let w = wallet_id.0;
@@ -277,15 +318,20 @@ impl Batch<'_> {
                     Some(hash) => *hash,
                     None => self.newest_hash(w)?,
                 };
-                self.put(Kind::Entry, key2(w, entry.id.0), &(prev, entry))?;
+                let id = entry.id.0;
+                self.put(Kind::Entry, (w, id), &(prev, entry))?;
                 let times = self.open.entry_times.clone();
-                self.writes.insert(
-                    &times,
-                    key3(w, time_key(entry.created_at_ms), entry.id.0),
-                    Vec::new(),
-                );
+                let (time_key, time_epoch) = time_index_key(w, entry.created_at_ms, id);
+                self.writes.insert(&times, time_key, Vec::new());
                 heads.heads.insert(w, entry.hash);
-                self.ordinal(heads, w, Paged::Entry, entry.id.0)?;
+                self.ordinal(heads, w, Paged::Entry, id)?;
+                let kind = Paged::Entry as u64;
+                heads
+                    .epochs
+                    .note(self.open, &mut self.writes, w, kind, id_epoch(id));
+                heads
+                    .epochs
+                    .note(self.open, &mut self.writes, w, ENTRY_TIMES, time_epoch);
             }
             Event::EntryReversed {
                 wallet_id,
@@ -298,7 +344,7 @@ impl Batch<'_> {
                 entry
                     .mark_reversed(*reversed_by_entry_id)
                     .map_err(|reason| rule("entry", key, reason))?;
-                self.put(Kind::Entry, key2(key.0, key.1), &(prev, entry))?;
+                self.put(Kind::Entry, key, &(prev, entry))?;
             }
             Event::TransactionReversed {
                 wallet_id,
@@ -312,7 +358,7 @@ impl Batch<'_> {
                 transaction
                     .mark_reversed(*reversed_by_transaction_id, *at_ms)
                     .map_err(|reason| rule("transaction", key, reason))?;
-                self.put(Kind::Transaction, key2(key.0, key.1), &transaction)?;
+                self.put(Kind::Transaction, key, &transaction)?;
             }
             Event::RefundTotalChanged {
                 wallet_id,
@@ -326,14 +372,11 @@ impl Batch<'_> {
                 transaction
                     .set_refunded(*refunded_amount)
                     .map_err(|reason| rule("transaction", key, reason))?;
-                self.put(Kind::Transaction, key2(key.0, key.1), &transaction)?;
+                self.put(Kind::Transaction, key, &transaction)?;
             }
             Event::HoldPlaced { wallet_id, hold } => {
-                let key = key2(wallet_id.0, hold.id.0);
-                self.put(Kind::Hold, key, hold)?;
-                let uuids = self.open.hold_uuids.clone();
-                self.writes.insert(&uuids, hold.uuid.0, key.to_vec());
-                self.ordinal(heads, wallet_id.0, Paged::Hold, hold.id.0)?;
+                let record = (wallet_id.0, hold.id.0);
+                self.file_new(heads, Paged::Hold, record, hold, hold.uuid)?;
             }
             Event::HoldClosed {
                 wallet_id,
@@ -347,7 +390,7 @@ impl Batch<'_> {
                 let mut hold: Hold = self.load(Kind::Hold, "hold", key)?;
                 hold.close(*status, *captured_amount, *capture_transaction_id, *at_ms)
                     .map_err(|reason| rule("hold", key, reason))?;
-                self.put(Kind::Hold, key2(key.0, key.1), &hold)?;
+                self.put(Kind::Hold, key, &hold)?;
             }
             Event::PaymentInitiated(payment) => {
                 let writes = payment_writes(self.open, payment, true)?;
@@ -456,14 +499,9 @@ impl Batch<'_> {
     /// The hash of a wallet's newest entry in the store, zero when it has none. Only asked when
     /// no entry of the wallet was filed in this batch (those are in [`ChainHeads`]).
     fn newest_hash(&self, wallet: u64) -> Result<Hash, StoreError> {
-        match self
-            .open
-            .entries
-            .range(key2(wallet, 0)..=key2(wallet, u64::MAX))
-            .next_back()
-        {
-            Some(guard) => {
-                let (key, bytes) = guard.into_inner()?;
+        match wallet_records(self.open, Paged::Entry, wallet, (0, u64::MAX), true).next() {
+            Some(row) => {
+                let (key, bytes) = row?;
                 let (_, entry): (Hash, LedgerEntry) = decode("entry", &key, &bytes)?;
                 Ok(entry.hash)
             }

@@ -19,6 +19,7 @@
 //! what the log still holds is refused, never served.
 
 pub mod answers;
+mod epochs;
 mod filing;
 pub mod indexer;
 pub mod moves;

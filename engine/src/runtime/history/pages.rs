@@ -1,6 +1,6 @@
 //! The page directory: any page of a wallet's history in O(page), however deep.
 //!
-//! Records are keyed `wallet | id`, and ids are shard-wide sequences, so a wallet's ids are
+//! A wallet's records are ordered by id ([`super::epochs`]), and ids are shard-wide sequences, so a wallet's ids are
 //! sparse and the record `n` places from its newest cannot be computed from a key: without help,
 //! page `p` skips `(p − 1) × per_page` keys, and a uniformly chosen page of a wallet with 1M
 //! entries skipped 500k of them (~0.4 s, `statement_page` in BENCHMARKS.md).
@@ -22,7 +22,8 @@
 //! ([`complete_directory`]), once, before the marker is set; a reader that finds a block missing
 //! all the same (a damaged store) falls back to the skip, which is slow but right.
 
-use super::store::{key2, key3, numbers, Open, StoreError};
+use super::epochs::{record_of, wallet_records, Rows};
+use super::store::{key3, numbers, Open, StoreError};
 use crate::values::ids::WalletId;
 
 /// Records per directory key.
@@ -40,7 +41,7 @@ pub(crate) enum Paged {
 }
 
 impl Paged {
-    fn keyspace(self, open: &Open) -> &fjall::Keyspace {
+    pub(crate) fn keyspace(self, open: &Open) -> &fjall::Keyspace {
         match self {
             Paged::Transaction => &open.transactions,
             Paged::Entry => &open.entries,
@@ -73,7 +74,6 @@ pub(crate) fn newest_first_raw(
         return Ok(Vec::new());
     }
     let w = wallet_id.0;
-    let keyspace = kind.keyspace(open);
     let hi = total - 1 - skip;
     let lo = hi.saturating_sub(take - 1);
     let start = match open.pages.get(directory_key(w, kind, lo))? {
@@ -85,23 +85,20 @@ pub(crate) fn newest_first_raw(
         Some(first_id) => {
             let offset = lo - (lo / BLOCK) * BLOCK;
             let wanted = hi - lo + 1;
-            for guard in keyspace
-                .range(key2(w, first_id)..=key2(w, u64::MAX))
+            for row in wallet_records(open, kind, w, (first_id, u64::MAX), false)
                 .skip(offset as usize)
                 .take(wanted as usize)
             {
-                rows.push(guard.into_inner()?);
+                rows.push(row?);
             }
             rows.reverse();
         }
         None => {
-            for guard in keyspace
-                .range(key2(w, 0)..=key2(w, u64::MAX))
-                .rev()
+            for row in wallet_records(open, kind, w, (0, u64::MAX), true)
                 .skip(usize::try_from(skip).unwrap_or(usize::MAX))
                 .take(usize::try_from(take).unwrap_or(usize::MAX))
             {
-                rows.push(guard.into_inner()?);
+                rows.push(row?);
             }
         }
     }
@@ -119,14 +116,9 @@ pub(crate) fn newest_merged_raw(
     skip: u64,
     take: u64,
 ) -> Result<Vec<(usize, fjall::Slice, fjall::Slice)>, StoreError> {
-    let keyspace = kind.keyspace(open);
-    let mut ranges: Vec<std::iter::Rev<fjall::Iter>> = wallets
+    let mut ranges: Vec<Rows> = wallets
         .iter()
-        .map(|wallet| {
-            keyspace
-                .range(key2(wallet.0, 0)..=key2(wallet.0, u64::MAX))
-                .rev()
-        })
+        .map(|wallet| wallet_records(open, kind, wallet.0, (0, u64::MAX), true))
         .collect();
     // Per wallet, its newest record not yet merged; the heap orders their ids.
     let mut heads: Vec<Option<(fjall::Slice, fjall::Slice)>> = vec![None; wallets.len()];
@@ -157,15 +149,15 @@ pub(crate) fn newest_merged_raw(
 /// Moves wallet `index`'s merge head to its next (older) record, if any, and queues its id.
 fn advance(
     index: usize,
-    ranges: &mut [std::iter::Rev<fjall::Iter>],
+    ranges: &mut [Rows],
     heads: &mut [Option<(fjall::Slice, fjall::Slice)>],
     order: &mut std::collections::BinaryHeap<(u64, usize)>,
 ) -> Result<(), StoreError> {
-    let Some(guard) = ranges.get_mut(index).and_then(Iterator::next) else {
+    let Some(row) = ranges.get_mut(index).and_then(Iterator::next) else {
         return Ok(());
     };
-    let (key, value) = guard.into_inner()?;
-    let [_, id] = numbers::<2>("record key", &key)?;
+    let (key, value) = row?;
+    let (_, id) = record_of(&key)?;
     order.push((id, index));
     if let Some(head) = heads.get_mut(index) {
         *head = Some((key, value));
@@ -175,19 +167,27 @@ fn advance(
 
 /// Builds the directory of a store that has records but no `pages_complete` marker (written
 /// before the directory existed), then sets the marker; a new store only gets the marker. Runs
-/// before the indexer starts. Logs its progress: it reads every record key once.
-pub(crate) fn complete_directory(open: &Open) -> Result<(), StoreError> {
+/// on open, before the indexer starts, over the wallet-first keyspaces such a store has
+/// (`records`: transactions, entries, holds; see [`super::epochs::upgrade_layout`]). Logs its
+/// progress: it reads every record key once.
+pub(crate) fn complete_directory(
+    open: &Open,
+    records: [&fjall::Keyspace; 3],
+) -> Result<(), StoreError> {
     if open.meta.get(PAGES_COMPLETE)?.is_some() {
         return Ok(());
     }
     const COMMIT_EVERY: usize = 100_000;
     let started = std::time::Instant::now();
     let mut keys_read = 0u64;
-    for kind in [Paged::Transaction, Paged::Entry, Paged::Hold] {
+    for (kind, keyspace) in [Paged::Transaction, Paged::Entry, Paged::Hold]
+        .into_iter()
+        .zip(records)
+    {
         let mut writes = open.db.batch();
         let mut pending = 0usize;
         let mut current: Option<(u64, u64)> = None; // (wallet, next ordinal)
-        for guard in kind.keyspace(open).iter() {
+        for guard in keyspace.iter() {
             let key = guard.key()?;
             let [wallet, id] = numbers::<2>("record key", &key)?;
             let ordinal = match current {
@@ -232,24 +232,41 @@ pub(crate) fn complete_directory(open: &Open) -> Result<(), StoreError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::runtime::history::epochs::{
+        entry_of_time_key, id_epoch, record_key, wallet_entry_times, EpochsSeen, LAYOUT,
+    };
+    use crate::runtime::history::store::{key2, time_key};
     use crate::runtime::history::HistoryStore;
 
-    /// A store holding, for wallet 7, entry-shaped raw records with ids 10, 13, 16, … (sparse,
-    /// as a shard's ids are), and a few records of wallets 6 and 8 around it.
+    /// Wallet 7's ids are `10 + STRIDE x ordinal`: sparse, as a shard's ids are, and spread over
+    /// several epochs (2^18 ids each), so pages cross epoch boundaries.
+    const STRIDE: u64 = 300;
+
+    fn id_of(ordinal: u64) -> u64 {
+        10 + STRIDE * ordinal
+    }
+
+    /// A store holding, for wallet 7, entry-shaped raw records with ids [`id_of`] each ordinal,
+    /// and a few records of wallets 6 and 8 in the same epochs around them.
     fn store_with(records: u64, directory: bool) -> (tempfile::TempDir, HistoryStore) {
         let dir = tempfile::tempdir().unwrap();
         let store = HistoryStore::open(dir.path(), 1 << 20).unwrap();
         store
             .with(|open| {
                 let mut writes = open.db.batch();
+                let mut epochs = EpochsSeen::default();
+                let kind = Paged::Entry as u64;
                 for wallet in [6u64, 8] {
-                    for id in 0..5u64 {
-                        writes.insert(&open.entries, key2(wallet, id), vec![wallet as u8]);
+                    for n in 0..5u64 {
+                        let id = id_of(n * 700);
+                        writes.insert(&open.entries, record_key(wallet, id), vec![wallet as u8]);
+                        epochs.note(open, &mut writes, wallet, kind, id_epoch(id));
                     }
                 }
                 for ordinal in 0..records {
-                    let id = 10 + 3 * ordinal;
-                    writes.insert(&open.entries, key2(7, id), id.to_be_bytes().to_vec());
+                    let id = id_of(ordinal);
+                    writes.insert(&open.entries, record_key(7, id), id.to_be_bytes().to_vec());
+                    epochs.note(open, &mut writes, 7, kind, id_epoch(id));
                     if directory && starts_block(ordinal) {
                         writes.insert(
                             &open.pages,
@@ -270,7 +287,7 @@ mod tests {
             .with(|open| newest_first_raw(open, Paged::Entry, WalletId(7), total, skip, take))
             .unwrap()
             .into_iter()
-            .map(|(key, _)| numbers::<2>("key", &key).unwrap()[1])
+            .map(|(key, _)| record_of(&key).unwrap().1)
             .collect()
     }
 
@@ -280,14 +297,11 @@ mod tests {
             .rev()
             .skip(skip as usize)
             .take(take as usize)
-            .map(|ordinal| 10 + 3 * ordinal)
+            .map(id_of)
             .collect()
     }
 
-    #[test]
-    fn every_page_through_the_directory_equals_the_scan() {
-        let total = 3 * BLOCK + 17;
-        let (_dir, store) = store_with(total, true);
+    fn every_page_is_right(store: &HistoryStore, total: u64) {
         for take in [1, 7, 50, 100] {
             for skip in
                 (0..total + 3)
@@ -295,12 +309,20 @@ mod tests {
                     .chain([BLOCK - 1, BLOCK, BLOCK + 1, total - 1, total])
             {
                 assert_eq!(
-                    page(&store, total, skip, take),
+                    page(store, total, skip, take),
                     expected(total, skip, take),
                     "skip {skip} take {take}"
                 );
             }
         }
+    }
+
+    #[test]
+    fn every_page_through_the_directory_equals_the_scan() {
+        let total = 3 * BLOCK + 17;
+        assert!(id_epoch(id_of(total)) >= 3, "the records span epochs");
+        let (_dir, store) = store_with(total, true);
+        every_page_is_right(&store, total);
     }
 
     #[test]
@@ -315,7 +337,7 @@ mod tests {
                 writes.insert(
                     &open.pages,
                     directory_key(7, Paged::Entry, BLOCK),
-                    (10 + 3 * ordinal).to_be_bytes().to_vec(),
+                    id_of(ordinal).to_be_bytes().to_vec(),
                 );
                 writes.commit()?;
                 Ok(())
@@ -339,43 +361,78 @@ mod tests {
         }
     }
 
+    /// A store written wallet-first, before the page directory: on open its directory is built,
+    /// its records and date index are copied into the epoch-first keyspaces, and the old
+    /// keyspaces are dropped; every page and a date range read right afterwards, and again
+    /// after another open.
     #[test]
-    fn an_older_store_gets_its_directory_built_on_open() {
+    fn an_older_wallet_first_store_is_copied_into_epochs_with_its_directory() {
         let total = 2 * BLOCK + 5;
-        let (dir, store) = store_with(total, false);
-        store
-            .with(|open| {
-                open.meta.remove(PAGES_COMPLETE)?;
-                Ok(())
-            })
-            .unwrap();
-        store.close();
-        let store = HistoryStore::open(dir.path(), 1 << 20).unwrap();
-        store
-            .with(|open| {
-                assert!(open.meta.get(PAGES_COMPLETE)?.is_some());
-                for (block, ordinal) in [(0, 0), (1, BLOCK), (2, 2 * BLOCK)] {
-                    let id = open.pages.get(key3(7, Paged::Entry as u64, block))?;
-                    assert_eq!(
-                        id.map(|bytes| numbers::<1>("id", &bytes).unwrap()[0]),
-                        Some(10 + 3 * ordinal),
-                        "block {block}"
-                    );
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let db = fjall::Database::builder(dir.path()).open().unwrap();
+            let options = fjall::KeyspaceCreateOptions::default;
+            let entries = db.keyspace("entries", options).unwrap();
+            let times = db.keyspace("entry_times", options).unwrap();
+            let transactions = db.keyspace("transactions", options).unwrap();
+            for wallet in [6u64, 8] {
+                for n in 0..5u64 {
+                    entries
+                        .insert(key2(wallet, id_of(n * 700)), vec![wallet as u8])
+                        .unwrap();
                 }
-                for wallet in [6u64, 8] {
-                    let id = open.pages.get(key3(wallet, Paged::Entry as u64, 0))?;
+            }
+            transactions.insert(key2(9, 4), vec![9]).unwrap();
+            for ordinal in 0..total {
+                let id = id_of(ordinal);
+                entries
+                    .insert(key2(7, id), id.to_be_bytes().to_vec())
+                    .unwrap();
+                let at = time_key(1_000 * ordinal as i64);
+                times.insert(key3(7, at, id), Vec::new()).unwrap();
+            }
+            db.persist(fjall::PersistMode::SyncAll).unwrap();
+        }
+        for _ in 0..2 {
+            let store = HistoryStore::open(dir.path(), 1 << 20).unwrap();
+            store
+                .with(|open| {
+                    assert!(open.meta.get(PAGES_COMPLETE)?.is_some());
+                    assert!(open.meta.get(LAYOUT)?.is_some());
+                    for old in ["entries", "entry_times", "transactions", "holds"] {
+                        assert!(!open.db.keyspace_exists(old), "{old} is left");
+                    }
+                    for (block, ordinal) in [(0, 0), (1, BLOCK), (2, 2 * BLOCK)] {
+                        let id = open.pages.get(key3(7, Paged::Entry as u64, block))?;
+                        assert_eq!(
+                            id.map(|bytes| numbers::<1>("id", &bytes).unwrap()[0]),
+                            Some(id_of(ordinal)),
+                            "block {block}"
+                        );
+                    }
+                    for wallet in [6u64, 8] {
+                        let id = open.pages.get(key3(wallet, Paged::Entry as u64, 0))?;
+                        assert_eq!(
+                            id.map(|bytes| numbers::<1>("id", &bytes).unwrap()[0]),
+                            Some(id_of(0))
+                        );
+                    }
+                    assert!(open.pages.get(key3(7, Paged::Entry as u64, 3))?.is_none());
                     assert_eq!(
-                        id.map(|bytes| numbers::<1>("id", &bytes).unwrap()[0]),
-                        Some(0)
+                        open.transactions.get(record_key(9, 4))?.as_deref(),
+                        Some(&[9u8][..])
                     );
-                }
-                assert!(open.pages.get(key3(7, Paged::Entry as u64, 3))?.is_none());
-                Ok(())
-            })
-            .unwrap();
-        assert_eq!(
-            page(&store, total, BLOCK + 2, 9),
-            expected(total, BLOCK + 2, 9)
-        );
+                    // Entries created 100 s to 199.999 s in: ordinals 199 down to 100.
+                    let range = (time_key(100_000), time_key(199_999));
+                    let ids: Vec<u64> = wallet_entry_times(open, 7, range)
+                        .map(|row| entry_of_time_key(&row.unwrap().0).unwrap())
+                        .collect();
+                    assert_eq!(ids, (100..200).rev().map(id_of).collect::<Vec<_>>());
+                    Ok(())
+                })
+                .unwrap();
+            every_page_is_right(&store, total);
+            store.close();
+        }
     }
 }

@@ -675,7 +675,7 @@ impl HistoryStore {
             let mut scope: Option<(u64, Option<Scope>)> = None;
             for guard in open.transactions.iter() {
                 let (key, bytes) = guard.into_inner()?;
-                let [wallet, _] = super::store::numbers::<2>("transaction key", &key)?;
+                let (wallet, _) = super::epochs::record_of(&key)?;
                 let known = match scope {
                     Some((w, known)) if w == wallet => known,
                     _ => {

@@ -5,16 +5,18 @@
 //!
 //! # Keyspaces
 //!
-//! Keys are big-endian integers, so byte order is numeric order and a wallet's records are one
-//! contiguous range, oldest first (ids only grow within a shard, and a wallet lives on one
-//! shard). Values start with [`VALUE_FORMAT`], then postcard.
+//! Keys are big-endian integers, so byte order is numeric order. The record keyspaces start
+//! with an epoch of the id (or of the time, for the date index), so a wallet's records are one
+//! range per epoch, oldest first, and `wallet_epochs` lists its epochs ([`super::epochs`], which
+//! says why). Values start with [`VALUE_FORMAT`], then postcard.
 //!
 //! ```text
 //! meta          "indexed_lsn"                   -> u64           the last WAL record filed
-//! transactions  wallet | transaction id         -> Transaction
-//! entries       wallet | entry id               -> (prev hash, LedgerEntry)
-//! entry_times   wallet | created_at | entry id  -> ()            the statement's date index
-//! holds         wallet | hold id                -> Hold
+//! transactions  epoch | wallet | transaction id -> Transaction
+//! entries       epoch | wallet | entry id       -> (prev hash, LedgerEntry)
+//! entry_times   epoch | wallet | created_at | entry id -> ()     the statement's date index
+//! holds         epoch | wallet | hold id        -> Hold
+//! wallet_epochs wallet | kind | epoch           -> ()            a wallet's epochs ([`super::epochs`])
 //! tx_uuids      uuid                            -> wallet | transaction id
 //! hold_uuids    uuid                            -> wallet | hold id
 //! counts        wallet                          -> transactions | entries | holds
@@ -48,6 +50,7 @@ use std::path::Path;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
+use super::epochs::{entry_of_time_key, record_key, wallet_entry_times, wallet_records};
 use super::pages::{newest_first_raw, newest_merged_raw, Paged};
 use crate::commerce::payment::Payment;
 use crate::commerce::payout::Payout;
@@ -190,6 +193,13 @@ const JOURNAL_MAX_BYTES: u64 = 96 << 20;
 /// Longest the indexer waits for flushes before it stops with an error.
 const FLUSH_WAIT_MAX: std::time::Duration = std::time::Duration::from_secs(120);
 
+/// The record keyspaces' names: epoch-first keys ([`super::epochs`]; the wallet-first layout
+/// used the names without `_by_epoch`).
+const TRANSACTIONS: &str = "transactions_by_epoch";
+const ENTRIES: &str = "entries_by_epoch";
+const ENTRY_TIMES: &str = "entry_times_by_epoch";
+const HOLDS: &str = "holds_by_epoch";
+
 /// The open database and its keyspaces.
 pub(crate) struct Open {
     pub(crate) db: fjall::Database,
@@ -198,6 +208,7 @@ pub(crate) struct Open {
     pub(crate) entries: fjall::Keyspace,
     pub(crate) entry_times: fjall::Keyspace,
     pub(crate) holds: fjall::Keyspace,
+    pub(crate) wallet_epochs: fjall::Keyspace,
     pub(crate) tx_uuids: fjall::Keyspace,
     pub(crate) hold_uuids: fjall::Keyspace,
     pub(crate) counts: fjall::Keyspace,
@@ -219,7 +230,7 @@ pub(crate) struct Open {
 
 impl Open {
     /// Every keyspace with the memtable size at which the indexer seals it.
-    fn keyspaces(&self) -> [(&fjall::Keyspace, u64); 19] {
+    fn keyspaces(&self) -> [(&fjall::Keyspace, u64); 20] {
         const LARGE: u64 = 16 << 20;
         const SMALL: u64 = 8 << 20;
         [
@@ -228,6 +239,7 @@ impl Open {
             (&self.entries, LARGE),
             (&self.entry_times, LARGE),
             (&self.holds, LARGE),
+            (&self.wallet_epochs, SMALL),
             (&self.tx_uuids, SMALL),
             (&self.hold_uuids, SMALL),
             (&self.counts, SMALL),
@@ -282,15 +294,15 @@ impl HistoryStore {
             db.keyspace(name, move || {
                 let mut options =
                     fjall::KeyspaceCreateOptions::default().max_memtable_size(u64::MAX >> 1);
-                // The large keyspaces are keyed wallet-first (or at random), so every flushed
-                // table overlaps all of L1 and each L0 -> L1 compaction rewrites it: merging
-                // eight 16 MiB tables at a time instead of four halves how often (L1 stays
-                // 8 x 32 MiB = 256 MiB). A 4-minute soak: last minute x0.84 of the first
-                // instead of x0.71 (BENCHMARKS.md). Kept with the keyspace when it is created,
-                // so an existing store keeps the strategy it was made with.
+                // Merging eight 16 MiB tables at a time instead of four halves how often an
+                // L0 -> L1 compaction rewrites the tables it overlaps (L1 stays 8 x 32 MiB =
+                // 256 MiB). Measured when these keyspaces were keyed wallet-first, where every
+                // table overlapped all of L1: a 4-minute soak's last minute went from x0.71
+                // of the first to x0.84 (BENCHMARKS.md). Kept with the keyspace when it is
+                // created, so an existing store keeps the strategy it was made with.
                 if matches!(
                     name,
-                    "transactions" | "entries" | "entry_times" | "holds" | "answers" | "payments"
+                    TRANSACTIONS | ENTRIES | ENTRY_TIMES | HOLDS | "answers" | "payments"
                 ) {
                     options = options.compaction_strategy(std::sync::Arc::new(
                         fjall::compaction::Leveled::default()
@@ -313,10 +325,11 @@ impl HistoryStore {
         };
         let open = Open {
             meta: keyspace("meta")?,
-            transactions: keyspace("transactions")?,
-            entries: keyspace("entries")?,
-            entry_times: keyspace("entry_times")?,
-            holds: keyspace("holds")?,
+            transactions: keyspace(TRANSACTIONS)?,
+            entries: keyspace(ENTRIES)?,
+            entry_times: keyspace(ENTRY_TIMES)?,
+            holds: keyspace(HOLDS)?,
+            wallet_epochs: keyspace("wallet_epochs")?,
             tx_uuids: keyspace("tx_uuids")?,
             hold_uuids: keyspace("hold_uuids")?,
             counts: keyspace("counts")?,
@@ -334,7 +347,7 @@ impl HistoryStore {
             wallet_payouts: keyspace("wallet_payouts")?,
             db,
         };
-        super::pages::complete_directory(&open)?;
+        super::epochs::upgrade_layout(&open)?;
         let reports = if open
             .meta
             .get(super::report_days::REPORTS_COMPLETE)?
@@ -600,18 +613,20 @@ impl HistoryStore {
                 return Ok(StorePage { records, total });
             }
             let w = wallet_id.0;
-            let low = key3(w, from_ms.map_or(0, time_key), 0);
-            let high = key3(w, to_ms.map_or(u64::MAX, time_key), u64::MAX);
+            let times = (
+                from_ms.map_or(0, time_key),
+                to_ms.map_or(u64::MAX, time_key),
+            );
             let skip = usize::try_from(offset).unwrap_or(usize::MAX);
             let take = usize::try_from(per_page).unwrap_or(usize::MAX);
             let mut total = 0u64;
             let mut records = Vec::new();
-            for (index, guard) in open.entry_times.range(low..=high).rev().enumerate() {
-                let key = guard.key()?;
+            for (index, row) in wallet_entry_times(open, w, times).enumerate() {
+                let (key, _) = row?;
                 total += 1;
                 if index >= skip && records.len() < take {
-                    let [_, _, entry_id] = numbers::<3>("entry time", &key)?;
-                    let entry_key = key2(w, entry_id);
+                    let entry_id = entry_of_time_key(&key)?;
+                    let entry_key = record_key(w, entry_id);
                     let bytes = open.entries.get(entry_key)?.ok_or(StoreError::Missing {
                         what: "entry",
                         key: format!("{w}/{entry_id}"),
@@ -657,7 +672,13 @@ impl HistoryStore {
         wallet_id: WalletId,
         id: TransactionId,
     ) -> Result<Option<Transaction>, StoreError> {
-        self.with(|open| get(&open.transactions, key2(wallet_id.0, id.0), "transaction"))
+        self.with(|open| {
+            get(
+                &open.transactions,
+                record_key(wallet_id.0, id.0),
+                "transaction",
+            )
+        })
     }
 
     pub fn entry(
@@ -665,11 +686,11 @@ impl HistoryStore {
         wallet_id: WalletId,
         id: EntryId,
     ) -> Result<Option<(Hash, LedgerEntry)>, StoreError> {
-        self.with(|open| get(&open.entries, key2(wallet_id.0, id.0), "entry"))
+        self.with(|open| get(&open.entries, record_key(wallet_id.0, id.0), "entry"))
     }
 
     pub fn hold(&self, wallet_id: WalletId, id: HoldId) -> Result<Option<Hold>, StoreError> {
-        self.with(|open| get(&open.holds, key2(wallet_id.0, id.0), "hold"))
+        self.with(|open| get(&open.holds, record_key(wallet_id.0, id.0), "hold"))
     }
 
     /// Visits every entry of a wallet with the hash before it, oldest first (integrity checks,
@@ -679,7 +700,7 @@ impl HistoryStore {
         wallet_id: WalletId,
         visit: &mut dyn FnMut(&(Hash, LedgerEntry)),
     ) -> Result<u64, StoreError> {
-        self.with(|open| oldest_first(&open.entries, wallet_id, "entry", visit))
+        self.with(|open| oldest_first(open, Paged::Entry, wallet_id, "entry", visit))
     }
 
     /// Visits the entries of a wallet after `after` (every one for `None`), oldest first, until
@@ -696,8 +717,8 @@ impl HistoryStore {
             if after.is_some_and(|id| id.0 == u64::MAX) {
                 return Ok(());
             }
-            for guard in open.entries.range(key2(w, from)..=key2(w, u64::MAX)) {
-                let (key, bytes) = guard.into_inner()?;
+            for row in wallet_records(open, Paged::Entry, w, (from, u64::MAX), false) {
+                let (key, bytes) = row?;
                 let record: (Hash, LedgerEntry) = decode("entry", &key, &bytes)?;
                 if !visit(&record) {
                     break;
@@ -713,7 +734,7 @@ impl HistoryStore {
         wallet_id: WalletId,
         visit: &mut dyn FnMut(&Transaction),
     ) -> Result<u64, StoreError> {
-        self.with(|open| oldest_first(&open.transactions, wallet_id, "transaction", visit))
+        self.with(|open| oldest_first(open, Paged::Transaction, wallet_id, "transaction", visit))
     }
 
     /// The payment with this uuid.
@@ -868,20 +889,20 @@ impl HistoryStore {
         wallet_id: WalletId,
         visit: &mut dyn FnMut(&Hold),
     ) -> Result<u64, StoreError> {
-        self.with(|open| oldest_first(&open.holds, wallet_id, "hold", visit))
+        self.with(|open| oldest_first(open, Paged::Hold, wallet_id, "hold", visit))
     }
 }
 
 fn oldest_first<T: DeserializeOwned>(
-    keyspace: &fjall::Keyspace,
+    open: &Open,
+    kind: Paged,
     wallet_id: WalletId,
     what: &'static str,
     visit: &mut dyn FnMut(&T),
 ) -> Result<u64, StoreError> {
-    let w = wallet_id.0;
     let mut count = 0;
-    for guard in keyspace.range(key2(w, 0)..=key2(w, u64::MAX)) {
-        let (key, bytes) = guard.into_inner()?;
+    for row in wallet_records(open, kind, wallet_id.0, (0, u64::MAX), false) {
+        let (key, bytes) = row?;
         let record: T = decode(what, &key, &bytes)?;
         visit(&record);
         count += 1;

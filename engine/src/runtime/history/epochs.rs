@@ -1,0 +1,494 @@
+//! Epoch-first keys for the append-only record keyspaces, so that compaction work per record
+//! stays bounded however long the store has been written.
+//!
+//! Keyed `wallet | id`, every memtable of `transactions`, `entries` and `holds` spans every
+//! wallet, so every flushed table overlaps every table below it and each compaction rewrites
+//! a level's worth of history: under a steady load the store's one worker spent more per
+//! record the longer it ran, and throughput fell with it (BENCHMARKS.md, "Why throughput
+//! decays"). Keyed `epoch | wallet | id` instead, with `epoch = id >> ID_EPOCH_BITS` (ids grow
+//! within a shard), new records fall only into the newest epochs' key range: tables of older
+//! epochs overlap nothing new, and lsm-tree's leveled strategy moves such tables down a level
+//! without rewriting them (`pick_minimal_compaction` tries a window that overlaps nothing in
+//! the next level first).
+//!
+//! ```text
+//! transactions   epoch(id) | wallet | transaction id        -> Transaction
+//! entries        epoch(id) | wallet | entry id              -> (prev hash, LedgerEntry)
+//! holds          epoch(id) | wallet | hold id               -> Hold
+//! entry_times    epoch(t) | wallet | t | entry id           -> ()   t: created_at as a time key
+//! wallet_epochs  wallet | kind | epoch                      -> ()   the epochs a wallet has records in
+//! meta           "layout"                                   -> 2    this layout (absent: wallet-first)
+//! ```
+//!
+//! A wallet's records are then one range per epoch it has records in, and `wallet_epochs`
+//! lists those epochs (kind 0 transactions, 1 entries, 2 holds, 3 entry times); the indexer
+//! writes a wallet's epoch key once per epoch ([`EpochsSeen`]). [`wallet_records`] and
+//! [`wallet_entry_times`] chain the ranges, oldest or newest first: a read costs one seek per
+//! epoch it crosses, and ordering is exact because the epoch is a monotonic function of the
+//! key's next part (the id, or the time). The date index's epochs are of `created_at`, not of
+//! the id, so a date range maps to a contiguous range of epochs even if the clock stepped back.
+//!
+//! A store written wallet-first is copied into this layout on open ([`upgrade_layout`]),
+//! with progress in the log; the `layout` mark is written after the copy and the old
+//! keyspaces are dropped after the mark, so a crash at any point redoes or finishes the copy.
+
+use std::collections::HashMap;
+
+use super::pages::{complete_directory, Paged};
+use super::store::{key3, numbers, time_key, Open, StoreError};
+
+/// Ids per epoch: 2^18 (~262k). Under the soak's load a shard allots that many transaction ids
+/// in about half a minute.
+pub(crate) const ID_EPOCH_BITS: u32 = 18;
+/// Time-key units (milliseconds) per epoch of the date index: 2^15 ms, about 33 s.
+pub(crate) const TIME_EPOCH_BITS: u32 = 15;
+
+/// The `meta` key naming the key layout, and this layout's number.
+pub(crate) const LAYOUT: &[u8] = b"layout";
+const LAYOUT_EPOCHS: u8 = 2;
+
+/// The kind of a `wallet_epochs` key for the date index (records use their [`Paged`] number).
+pub(crate) const ENTRY_TIMES: u64 = 3;
+
+/// The keyspaces of the wallet-first layout, in [`Paged`] order, then the date index.
+const OLD_KEYSPACES: [&str; 4] = ["transactions", "entries", "holds", "entry_times"];
+
+/// `a | b | c | d`, big-endian.
+pub(crate) fn key4(a: u64, b: u64, c: u64, d: u64) -> [u8; 32] {
+    let mut key = [0u8; 32];
+    for (chunk, word) in key.chunks_exact_mut(8).zip([a, b, c, d]) {
+        chunk.copy_from_slice(&word.to_be_bytes());
+    }
+    key
+}
+
+/// The epoch of a record id.
+pub(crate) fn id_epoch(id: u64) -> u64 {
+    id >> ID_EPOCH_BITS
+}
+
+/// The key of `wallet`'s record `id` in `transactions`, `entries` or `holds`.
+pub(crate) fn record_key(wallet: u64, id: u64) -> [u8; 24] {
+    key3(id_epoch(id), wallet, id)
+}
+
+/// The date index key of `wallet`'s entry `entry_id`, created at `at_ms`, and its epoch.
+pub(crate) fn time_index_key(wallet: u64, at_ms: i64, entry_id: u64) -> ([u8; 32], u64) {
+    let at = time_key(at_ms);
+    let epoch = at >> TIME_EPOCH_BITS;
+    (key4(epoch, wallet, at, entry_id), epoch)
+}
+
+/// The `wallet_epochs` key saying `wallet` has records of `kind` in `epoch`.
+pub(crate) fn epoch_key(wallet: u64, kind: u64, epoch: u64) -> [u8; 24] {
+    key3(wallet, kind, epoch)
+}
+
+/// The (wallet, id) of a record key made by [`record_key`].
+pub(crate) fn record_of(key: &[u8]) -> Result<(u64, u64), StoreError> {
+    let [_, wallet, id] = numbers::<3>("record key", key)?;
+    Ok((wallet, id))
+}
+
+/// The indexer's memory of the newest epoch it filed a `wallet_epochs` key for, per wallet and
+/// kind, so that a record costs no extra write unless it opens an epoch for its wallet. A miss
+/// (after a restart, or once forgotten past [`EpochsSeen::MAX`]) writes the key again, which
+/// changes nothing.
+#[derive(Default)]
+pub(crate) struct EpochsSeen {
+    newest: HashMap<(u64, u64), u64>,
+}
+
+impl EpochsSeen {
+    /// Most (wallet, kind) pairs remembered; past it the memory starts over.
+    const MAX: usize = 1 << 18;
+
+    /// Files the epoch key of `wallet`'s record of `kind` in `epoch` unless it is known filed.
+    pub(crate) fn note(
+        &mut self,
+        open: &Open,
+        writes: &mut fjall::OwnedWriteBatch,
+        wallet: u64,
+        kind: u64,
+        epoch: u64,
+    ) {
+        if self.newest.get(&(wallet, kind)) == Some(&epoch) {
+            return;
+        }
+        writes.insert(
+            &open.wallet_epochs,
+            epoch_key(wallet, kind, epoch),
+            Vec::new(),
+        );
+        if self.newest.len() >= Self::MAX {
+            self.newest.clear();
+        }
+        self.newest.insert((wallet, kind), epoch);
+    }
+
+    pub(crate) fn clear(&mut self) {
+        self.newest.clear();
+    }
+}
+
+/// Rows (key, value) of a keyspace, or the error that ended them.
+pub(crate) type Rows = Box<dyn Iterator<Item = Result<(fjall::Slice, fjall::Slice), StoreError>>>;
+
+/// The rows of `keyspace` in each epoch of `wallet`'s `kind` within `first..=last` that
+/// `wallet_epochs` lists, `bounds(epoch)` of each, chained oldest or newest first. Lazy at both
+/// levels: a page of the newest records reads the newest epoch keys only, however many older
+/// ones the wallet has.
+fn chained<K: AsRef<[u8]> + 'static>(
+    open: &Open,
+    keyspace: &fjall::Keyspace,
+    (wallet, kind, first, last): (u64, u64, u64, u64),
+    newest_first: bool,
+    bounds: impl Fn(u64) -> (K, K) + 'static,
+) -> Rows {
+    let epochs = open
+        .wallet_epochs
+        .range(epoch_key(wallet, kind, first)..=epoch_key(wallet, kind, last));
+    let epochs: Box<dyn Iterator<Item = fjall::Guard>> = if newest_first {
+        Box::new(epochs.rev())
+    } else {
+        Box::new(epochs)
+    };
+    let keyspace = keyspace.clone();
+    Box::new(epochs.flat_map(move |guard| -> Rows {
+        let epoch = guard
+            .key()
+            .map_err(StoreError::from)
+            .and_then(|key| Ok(numbers::<3>("wallet epoch", &key)?[2]));
+        let epoch = match epoch {
+            Ok(epoch) => epoch,
+            Err(error) => return Box::new(std::iter::once(Err(error))),
+        };
+        let (low, high) = bounds(epoch);
+        let rows = keyspace
+            .range(low..=high)
+            .map(|guard| guard.into_inner().map_err(StoreError::from));
+        if newest_first {
+            Box::new(rows.rev())
+        } else {
+            Box::new(rows)
+        }
+    }))
+}
+
+/// `wallet`'s records of `kind` with ids in `lo..=hi`, oldest first or newest first: one range
+/// per epoch the wallet has records in (one seek per epoch reached).
+pub(crate) fn wallet_records(
+    open: &Open,
+    kind: Paged,
+    wallet: u64,
+    (lo, hi): (u64, u64),
+    newest_first: bool,
+) -> Rows {
+    if lo > hi {
+        return Box::new(std::iter::empty());
+    }
+    let epochs = (wallet, kind as u64, id_epoch(lo), id_epoch(hi));
+    chained(
+        open,
+        kind.keyspace(open),
+        epochs,
+        newest_first,
+        move |epoch| {
+            let first = (epoch << ID_EPOCH_BITS).max(lo);
+            let last = ((epoch << ID_EPOCH_BITS) | ((1 << ID_EPOCH_BITS) - 1)).min(hi);
+            (record_key(wallet, first), record_key(wallet, last))
+        },
+    )
+}
+
+/// `wallet`'s date index keys with time keys in `from..=to`, newest first.
+pub(crate) fn wallet_entry_times(open: &Open, wallet: u64, (from, to): (u64, u64)) -> Rows {
+    if from > to {
+        return Box::new(std::iter::empty());
+    }
+    let epochs = (
+        wallet,
+        ENTRY_TIMES,
+        from >> TIME_EPOCH_BITS,
+        to >> TIME_EPOCH_BITS,
+    );
+    chained(open, &open.entry_times, epochs, true, move |epoch| {
+        (
+            key4(epoch, wallet, from, 0),
+            key4(epoch, wallet, to, u64::MAX),
+        )
+    })
+}
+
+/// The entry id of a date index key.
+pub(crate) fn entry_of_time_key(key: &[u8]) -> Result<u64, StoreError> {
+    Ok(numbers::<4>("entry time", key)?[3])
+}
+
+/// Brings a store to this layout before anything reads or files it: a new store gets the mark;
+/// a store written wallet-first gets its page directory completed (if older still), its records
+/// and date index copied into the epoch-first keyspaces with their `wallet_epochs`, then the
+/// mark, a sync, and the old keyspaces dropped. Idempotent at every step: a crash during the
+/// copy redoes it, one after the mark only drops what is left.
+pub(crate) fn upgrade_layout(open: &Open) -> Result<(), StoreError> {
+    let marked = open.meta.get(LAYOUT)?.is_some();
+    let wallet_first = OLD_KEYSPACES
+        .into_iter()
+        .any(|name| open.db.keyspace_exists(name));
+    if !marked && wallet_first {
+        let handles = OLD_KEYSPACES
+            .into_iter()
+            .map(|name| {
+                Ok(open
+                    .db
+                    .keyspace(name, fjall::KeyspaceCreateOptions::default)?)
+            })
+            .collect::<Result<Vec<_>, StoreError>>()?;
+        let [transactions, entries, holds, entry_times] = handles.as_slice() else {
+            return Err(StoreError::Rule("four wallet-first keyspaces".into()));
+        };
+        complete_directory(open, [transactions, entries, holds])?;
+        let started = std::time::Instant::now();
+        tracing::info!("copying the history store into its epoch-first layout (once)");
+        let mut copy = Copy::new(open);
+        for (old, kind) in [
+            (transactions, Paged::Transaction),
+            (entries, Paged::Entry),
+            (holds, Paged::Hold),
+        ] {
+            let to = kind.keyspace(open);
+            for guard in old.iter() {
+                let (key, value) = guard.into_inner()?;
+                let [wallet, id] = numbers::<2>("record key", &key)?;
+                copy.put(
+                    to,
+                    &record_key(wallet, id),
+                    value,
+                    (wallet, kind as u64, id_epoch(id)),
+                )?;
+            }
+        }
+        for guard in entry_times.iter() {
+            let key = guard.key()?;
+            let [wallet, at, id] = numbers::<3>("entry time", &key)?;
+            let epoch = at >> TIME_EPOCH_BITS;
+            copy.put(
+                &open.entry_times,
+                &key4(epoch, wallet, at, id),
+                fjall::Slice::from(Vec::new()),
+                (wallet, ENTRY_TIMES, epoch),
+            )?;
+        }
+        copy.finish()?;
+        tracing::info!(
+            records = copy.copied,
+            took_ms = started.elapsed().as_millis() as u64,
+            "copied the history store into its epoch-first layout"
+        );
+    } else if !marked {
+        complete_directory(open, [&open.transactions, &open.entries, &open.holds])?;
+    }
+    if !marked {
+        let mut writes = open.db.batch();
+        writes.insert(&open.meta, LAYOUT, vec![LAYOUT_EPOCHS]);
+        writes.commit()?;
+        open.db.persist(fjall::PersistMode::SyncData)?;
+    } else if let Some(bytes) = open.meta.get(LAYOUT)? {
+        if bytes.as_ref() != [LAYOUT_EPOCHS] {
+            return Err(StoreError::Rule(format!(
+                "the history store has key layout {bytes:?}, which this walletd does not read"
+            )));
+        }
+    }
+    for name in OLD_KEYSPACES
+        .into_iter()
+        .filter(|name| open.db.keyspace_exists(name))
+    {
+        let handle = open
+            .db
+            .keyspace(name, fjall::KeyspaceCreateOptions::default)?;
+        open.db.delete_keyspace(handle)?;
+        tracing::info!(keyspace = name, "dropped a wallet-first history keyspace");
+    }
+    Ok(())
+}
+
+/// The copy of [`upgrade_layout`]: write batches of at most [`Copy::COMMIT_EVERY`] rows, each
+/// wallet's epoch key written when its (wallet, kind, epoch) changes.
+struct Copy<'a> {
+    open: &'a Open,
+    writes: fjall::OwnedWriteBatch,
+    pending: usize,
+    copied: u64,
+    last_epoch: Option<(u64, u64, u64)>,
+}
+
+impl<'a> Copy<'a> {
+    const COMMIT_EVERY: usize = 100_000;
+
+    fn new(open: &'a Open) -> Self {
+        Copy {
+            open,
+            writes: open.db.batch(),
+            pending: 0,
+            copied: 0,
+            last_epoch: None,
+        }
+    }
+
+    fn put(
+        &mut self,
+        to: &fjall::Keyspace,
+        key: &[u8],
+        value: fjall::Slice,
+        (wallet, kind, epoch): (u64, u64, u64),
+    ) -> Result<(), StoreError> {
+        self.writes.insert(to, key, value);
+        if self.last_epoch != Some((wallet, kind, epoch)) {
+            self.writes.insert(
+                &self.open.wallet_epochs,
+                epoch_key(wallet, kind, epoch),
+                Vec::new(),
+            );
+            self.last_epoch = Some((wallet, kind, epoch));
+        }
+        self.pending += 1;
+        self.copied += 1;
+        if self.pending >= Self::COMMIT_EVERY {
+            self.finish()?;
+        }
+        if self.copied.is_multiple_of(1_000_000) {
+            tracing::info!(
+                copied = self.copied,
+                "copying the history store into its epoch-first layout"
+            );
+        }
+        Ok(())
+    }
+
+    fn finish(&mut self) -> Result<(), StoreError> {
+        let writes = std::mem::replace(&mut self.writes, self.open.db.batch());
+        writes.commit()?;
+        self.pending = 0;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runtime::history::HistoryStore;
+
+    /// Files raw records of `wallet` with these ids, and their epoch keys.
+    fn file_ids(store: &HistoryStore, wallet: u64, ids: &[u64]) {
+        store
+            .with(|open| {
+                let mut writes = open.db.batch();
+                let mut seen = EpochsSeen::default();
+                for &id in ids {
+                    writes.insert(&open.holds, record_key(wallet, id), id.to_be_bytes());
+                    seen.note(open, &mut writes, wallet, Paged::Hold as u64, id_epoch(id));
+                }
+                writes.commit()?;
+                Ok(())
+            })
+            .unwrap();
+    }
+
+    fn ids(rows: Rows) -> Vec<u64> {
+        rows.map(|row| record_of(&row.unwrap().0).unwrap().1)
+            .collect()
+    }
+
+    /// A wallet's records across epochs it has (and epochs it skips), bounded anywhere: exactly
+    /// its ids in the bounds, in id order both ways, none of a neighbour's.
+    #[test]
+    fn a_wallets_records_chain_its_epochs_in_id_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = HistoryStore::open(dir.path(), 1 << 20).unwrap();
+        let epoch = 1u64 << ID_EPOCH_BITS;
+        let mine: Vec<u64> = [
+            0,
+            1,
+            epoch - 1,
+            epoch,
+            3 * epoch + 5,
+            3 * epoch + 6,
+            9 * epoch,
+        ]
+        .into_iter()
+        .collect();
+        file_ids(&store, 7, &mine);
+        file_ids(&store, 6, &[2, epoch + 1, 4 * epoch]);
+        file_ids(&store, 8, &[3, 2 * epoch, 3 * epoch + 7]);
+        for (lo, hi) in [
+            (0, u64::MAX),
+            (1, epoch),
+            (2, 3 * epoch + 5),
+            (epoch + 1, 9 * epoch - 1),
+            (3 * epoch + 6, 3 * epoch + 6),
+            (5, 4),
+        ] {
+            let want: Vec<u64> = mine
+                .iter()
+                .copied()
+                .filter(|id| (lo..=hi).contains(id))
+                .collect();
+            store
+                .with(|open| {
+                    let oldest = ids(wallet_records(open, Paged::Hold, 7, (lo, hi), false));
+                    assert_eq!(oldest, want, "{lo}..={hi} oldest first");
+                    let mut newest = ids(wallet_records(open, Paged::Hold, 7, (lo, hi), true));
+                    newest.reverse();
+                    assert_eq!(newest, want, "{lo}..={hi} newest first");
+                    Ok(())
+                })
+                .unwrap();
+        }
+    }
+
+    /// The date index orders by time across epochs even when the clock stepped back (ids and
+    /// times disagree), and a range reads only the wallet's entries within it.
+    #[test]
+    fn the_date_index_is_newest_first_by_time_across_epochs() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = HistoryStore::open(dir.path(), 1 << 20).unwrap();
+        let span = 1i64 << TIME_EPOCH_BITS;
+        // (entry id, created at): the clock steps back two epochs at id 4.
+        let entries = [
+            (1u64, 0i64),
+            (2, span),
+            (3, 3 * span + 9),
+            (4, span + 1),
+            (5, 5 * span),
+        ];
+        store
+            .with(|open| {
+                let mut writes = open.db.batch();
+                let mut seen = EpochsSeen::default();
+                for (wallet, shift) in [(7u64, 0i64), (8, 1)] {
+                    for (id, at) in entries {
+                        let (key, epoch) = time_index_key(wallet, at + shift, id);
+                        writes.insert(&open.entry_times, key, Vec::new());
+                        seen.note(open, &mut writes, wallet, ENTRY_TIMES, epoch);
+                    }
+                }
+                writes.commit()?;
+                Ok(())
+            })
+            .unwrap();
+        let read = |from: i64, to: i64| {
+            store
+                .with(|open| {
+                    Ok(wallet_entry_times(open, 7, (time_key(from), time_key(to)))
+                        .map(|row| entry_of_time_key(&row.unwrap().0).unwrap())
+                        .collect::<Vec<_>>())
+                })
+                .unwrap()
+        };
+        assert_eq!(read(i64::MIN, i64::MAX), vec![5, 3, 4, 2, 1]);
+        assert_eq!(read(span, 3 * span + 9), vec![3, 4, 2]);
+        assert_eq!(read(span + 1, 5 * span - 1), vec![3, 4]);
+        assert_eq!(read(6 * span, 7 * span), Vec::<u64>::new());
+    }
+}
