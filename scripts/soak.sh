@@ -19,9 +19,13 @@
 # Afterwards walletd is stopped with SIGTERM (it must exit 0), restarted on the same data dir,
 # and the time until GET /v1/health answers 200 is the restart time. DIR/soak.svg plots RSS and
 # req/s over time (scripts/plot-soak.py). The last line is the summary; the script exits 1 when
-# a target is missed: RSS at the end <= 768 MiB and within 10 % of RSS at minute 5 (at the
-# midpoint for runs under 10 minutes), req/s in the last minute >= 0.9 x the first minute, the
-# audit passes, restart <= 2 s. Everything it starts is stopped on exit.
+# a target is missed: RSS at the end <= 768 MiB (every sample of the last minute) and within
+# 10 % of RSS at minute 5 (at the midpoint for runs under 10 minutes), req/s in the last minute
+# >= 0.9 x the first minute, the audit passes, restart <= 2 s. "RSS at" a time is the mean of
+# the minute around it (the last minute, for the end): the store's memtables fill and flush
+# in a saw-tooth of up to ~200 MiB every few seconds, so one sample says more about where in
+# a tooth it fell than about growth; the summary prints the single samples too. Everything it
+# starts is stopped on exit.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$ROOT"
@@ -161,9 +165,12 @@ first = [v for s, v in zip(t, rps) if s <= 60] or rps[:1]
 last = [v for s, v in zip(t, rps) if s > end - 60] or rps[-1:]
 first_rps, last_rps = sum(first) / len(first), sum(last) / len(last)
 ratio_rps = last_rps / first_rps if first_rps else 0.0
-rss_end, rss_mid = rss[-1], at(mid)
+mean = lambda values: sum(values) / len(values)
+mid_window = [v for s, v in zip(t, rss) if abs(s - mid) <= 30] or [at(mid)]
+end_window = [v for s, v in zip(t, rss) if s > end - 60] or rss[-1:]
+rss_end, rss_mid = mean(end_window), mean(mid_window)
 checks = {
-    "rss_end<=768MiB": rss_end <= 768,
+    "rss_end<=768MiB": max(end_window) <= 768,
     "rss_end_within_10pct_of_rss_at_{}s".format(mid): rss_mid > 0 and abs(rss_end - rss_mid) <= 0.1 * rss_mid,
     "last_minute_rps>=0.9*first": ratio_rps >= 0.9,
     "audit_ok": load_rc == "0",
@@ -173,10 +180,12 @@ checks = {
 }
 verdict = "PASS" if all(checks.values()) else "FAIL"
 print("soak: %s: %d s (%.0f s wall), %d requests; req/s first minute %.0f, last minute %.0f (x%.2f); "
-      "RSS at %d s %.0f MiB, at the end %.0f MiB (x%.2f), max %.0f MiB; restart %.2f s; audit %s (exit %s); "
+      "RSS (mean of a minute) at %d s %.0f MiB, at the end %.0f MiB (x%.2f), single samples %.0f and %.0f MiB, "
+      "max %.0f MiB; restart %.2f s; audit %s (exit %s); "
       "walletd stop exit %s%s; missed: %s" % (
           verdict, end, float(elapsed), sum(rps), first_rps, last_rps, ratio_rps, mid, rss_mid,
-          rss_end, rss_end / rss_mid if rss_mid else 0, max(rss), float(restart), audit, load_rc,
+          rss_end, rss_end / rss_mid if rss_mid else 0, at(mid), rss[-1], max(rss), float(restart),
+          audit, load_rc,
           stop_rc, ("; " + guard) if guard else "",
           ", ".join(k for k, ok in checks.items() if not ok) or "nothing"))
 sys.exit(0 if verdict == "PASS" else 1)

@@ -35,7 +35,7 @@
 use std::collections::HashMap;
 
 use super::pages::{complete_directory, Paged};
-use super::store::{key3, numbers, time_key, Open, StoreError};
+use super::store::{key3, numbers, rotate_full, time_key, Open, StoreError};
 
 /// Ids per epoch: 2^18 (~262k). Under the soak's load a shard allots that many transaction ids
 /// in about half a minute.
@@ -314,7 +314,8 @@ pub(crate) fn upgrade_layout(open: &Open) -> Result<(), StoreError> {
 }
 
 /// The copy of [`upgrade_layout`]: write batches of at most [`Copy::COMMIT_EVERY`] rows, each
-/// wallet's epoch key written when its (wallet, kind, epoch) changes.
+/// wallet's epoch key written when its (wallet, kind, epoch) changes, full memtables sealed
+/// after each batch.
 struct Copy<'a> {
     open: &'a Open,
     writes: fjall::OwnedWriteBatch,
@@ -370,6 +371,9 @@ impl<'a> Copy<'a> {
         let writes = std::mem::replace(&mut self.writes, self.open.db.batch());
         writes.commit()?;
         self.pending = 0;
+        // Nothing else seals memtables before the indexer runs (they never rotate by
+        // themselves here: `HistoryStore::open`), so the copy does, and waits for flushes.
+        rotate_full(self.open)?;
         Ok(())
     }
 }

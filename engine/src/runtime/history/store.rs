@@ -240,8 +240,8 @@ impl Open {
             (&self.entry_times, LARGE),
             (&self.holds, LARGE),
             (&self.wallet_epochs, SMALL),
-            (&self.tx_uuids, SMALL),
-            (&self.hold_uuids, SMALL),
+            (&self.tx_uuids, LARGE),
+            (&self.hold_uuids, LARGE),
             (&self.counts, SMALL),
             (&self.answers, LARGE),
             (&self.answer_times, SMALL),
@@ -294,15 +294,39 @@ impl HistoryStore {
             db.keyspace(name, move || {
                 let mut options =
                     fjall::KeyspaceCreateOptions::default().max_memtable_size(u64::MAX >> 1);
+                // The records' data blocks are lz4-compressed at every level, not only from L2
+                // down (fjall's default): with epoch-first keys most tables reach the lower
+                // levels by a move, never rewritten, so a table is compressed when it is first
+                // written or never. Random keys (uuids, client keys) do not compress: their
+                // keyspaces are left alone and spend nothing on it.
+                let compressed = if matches!(name, TRANSACTIONS | ENTRIES | HOLDS | "payments") {
+                    fjall::CompressionType::Lz4
+                } else {
+                    fjall::CompressionType::None
+                };
+                options = options.data_block_compression_policy(
+                    fjall::config::CompressionPolicy::all(compressed),
+                );
                 // Merging eight 16 MiB tables at a time instead of four halves how often an
                 // L0 -> L1 compaction rewrites the tables it overlaps (L1 stays 8 x 32 MiB =
                 // 256 MiB). Measured when these keyspaces were keyed wallet-first, where every
                 // table overlapped all of L1: a 4-minute soak's last minute went from x0.71
-                // of the first to x0.84 (BENCHMARKS.md). Kept with the keyspace when it is
+                // of the first to x0.84 (BENCHMARKS.md). The uuid indexes are random-keyed, so
+                // every one of their L0 -> L1 compactions overlaps all of L1: with 8 MiB
+                // memtables and four L0 tables a merge, `tx_uuids` wrote the most table bytes
+                // of all keyspaces by minute 8 of a soak (454 MiB in 30 s), so they get the
+                // large memtables and this strategy too. Kept with the keyspace when it is
                 // created, so an existing store keeps the strategy it was made with.
                 if matches!(
                     name,
-                    TRANSACTIONS | ENTRIES | ENTRY_TIMES | HOLDS | "answers" | "payments"
+                    TRANSACTIONS
+                        | ENTRIES
+                        | ENTRY_TIMES
+                        | HOLDS
+                        | "answers"
+                        | "payments"
+                        | "tx_uuids"
+                        | "hold_uuids"
                 ) {
                     options = options.compaction_strategy(std::sync::Arc::new(
                         fjall::compaction::Leveled::default()
@@ -316,7 +340,9 @@ impl HistoryStore {
                     // moves only their keys. Without it the one worker fell behind under a keyed
                     // soak and sealed memtables piled up in memory (BENCHMARKS.md).
                     options.with_kv_separation(Some(
-                        fjall::KvSeparationOptions::default().separation_threshold(64),
+                        fjall::KvSeparationOptions::default()
+                            .separation_threshold(64)
+                            .compression(fjall::CompressionType::Lz4),
                     ))
                 } else {
                     options
@@ -393,9 +419,10 @@ impl HistoryStore {
         guard.take();
     }
 
-    /// The keyspaces the second compactor ([`run_compactor`]) works on: the largest
-    /// append-mostly ones.
-    const COMPACTED: usize = 5;
+    /// The keyspaces the second compactor ([`run_compactor`]) works on: the ones fjall's
+    /// worker spent the most on, by the bytes of tables each wrote in a soak (the random-keyed
+    /// ones first: each of their compactions overlaps a whole level).
+    const COMPACTED: usize = 7;
 
     /// One step of the second compactor: asks the compaction strategy of keyspace `which` (of
     /// [`Self::COMPACTED`]) for work and does it on this thread; answers whether it did any (a
@@ -407,11 +434,13 @@ impl HistoryStore {
         use fjall::AbstractTree;
         self.with(|open| {
             let keyspace = match which % Self::COMPACTED {
-                0 => &open.entries,
-                1 => &open.transactions,
-                2 => &open.entry_times,
-                3 => &open.tx_uuids,
-                _ => &open.answer_times,
+                0 => &open.tx_uuids,
+                1 => &open.answers,
+                2 => &open.entries,
+                3 => &open.payments,
+                4 => &open.transactions,
+                5 => &open.hold_uuids,
+                _ => &open.entry_times,
             };
             let started = std::time::Instant::now();
             keyspace
@@ -422,7 +451,7 @@ impl HistoryStore {
         })
     }
 
-    /// Seals the memtables that reached their size (16 MiB for the five large keyspaces, 8 MiB
+    /// Seals the memtables that reached their size (16 MiB for the eight large keyspaces, 8 MiB
     /// for the rest: they bound the store's share of RSS), which hands their flush to fjall's
     /// worker; then waits while the memtables of all keyspaces together hold more than
     /// [`WRITE_BUFFER_MAX_BYTES`]. Called by the indexer after each batch it files; returns how
@@ -439,31 +468,7 @@ impl HistoryStore {
     /// A wait longer than [`FLUSH_WAIT_MAX`] stops the indexer with an error (the log is then
     /// poisoned and the process exits) rather than wedging.
     pub(crate) fn rotate_full_memtables(&self) -> Result<std::time::Duration, StoreError> {
-        use fjall::AbstractTree;
-        self.with(|open| {
-            let started = std::time::Instant::now();
-            // A journal file is freed once every memtable it holds writes of is flushed, so a
-            // small keyspace written a little per batch (meta, counts) would pin them all: past
-            // [`JOURNAL_MAX_BYTES`] every memtable with anything in it is sealed.
-            let journal_full = open.db.journal_disk_space()? > JOURNAL_MAX_BYTES;
-            for (keyspace, limit) in open.keyspaces() {
-                let size = keyspace.tree.active_memtable().size();
-                if size >= limit || (journal_full && size > 0) {
-                    keyspace.rotate_memtable()?;
-                }
-            }
-            while open.db.write_buffer_size() > WRITE_BUFFER_MAX_BYTES {
-                if started.elapsed() > FLUSH_WAIT_MAX {
-                    return Err(StoreError::Rule(format!(
-                        "the store flushed no memtable for {} s ({} MiB waiting)",
-                        FLUSH_WAIT_MAX.as_secs(),
-                        open.db.write_buffer_size() >> 20
-                    )));
-                }
-                std::thread::sleep(std::time::Duration::from_millis(2));
-            }
-            Ok(started.elapsed())
-        })
+        self.with(rotate_full)
     }
 
     /// Seals every memtable that holds anything and waits until fjall's worker has written them
@@ -891,6 +896,34 @@ impl HistoryStore {
     ) -> Result<u64, StoreError> {
         self.with(|open| oldest_first(open, Paged::Hold, wallet_id, "hold", visit))
     }
+}
+
+/// [`HistoryStore::rotate_full_memtables`] on an open store (also the layout upgrade's copy,
+/// which writes before the indexer runs).
+pub(crate) fn rotate_full(open: &Open) -> Result<std::time::Duration, StoreError> {
+    use fjall::AbstractTree;
+    let started = std::time::Instant::now();
+    // A journal file is freed once every memtable it holds writes of is flushed, so a
+    // small keyspace written a little per batch (meta, counts) would pin them all: past
+    // [`JOURNAL_MAX_BYTES`] every memtable with anything in it is sealed.
+    let journal_full = open.db.journal_disk_space()? > JOURNAL_MAX_BYTES;
+    for (keyspace, limit) in open.keyspaces() {
+        let size = keyspace.tree.active_memtable().size();
+        if size >= limit || (journal_full && size > 0) {
+            keyspace.rotate_memtable()?;
+        }
+    }
+    while open.db.write_buffer_size() > WRITE_BUFFER_MAX_BYTES {
+        if started.elapsed() > FLUSH_WAIT_MAX {
+            return Err(StoreError::Rule(format!(
+                "the store flushed no memtable for {} s ({} MiB waiting)",
+                FLUSH_WAIT_MAX.as_secs(),
+                open.db.write_buffer_size() >> 20
+            )));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+    Ok(started.elapsed())
 }
 
 fn oldest_first<T: DeserializeOwned>(
