@@ -34,8 +34,8 @@
 
 use std::collections::HashMap;
 
-use super::pages::{complete_directory, Paged};
-use super::store::{key3, numbers, rotate_full, time_key, Open, StoreError};
+use super::pages::{complete_directory, Paged, PAGES_COMPLETE};
+use super::store::{key3, numbers, rotate_full, time_key, Open, StoreError, INDEXED_LSN};
 
 /// Ids per epoch: 2^18 (~262k). Under the soak's load a shard allots that many transaction ids
 /// in about half a minute.
@@ -46,6 +46,9 @@ pub(crate) const TIME_EPOCH_BITS: u32 = 15;
 /// The `meta` key naming the key layout, and this layout's number.
 pub(crate) const LAYOUT: &[u8] = b"layout";
 const LAYOUT_EPOCHS: u8 = 2;
+/// The `meta` key holding, from the mark until the wallet-first keyspaces are dropped, the
+/// `indexed_lsn` the copy covered.
+const COPIED_AT: &[u8] = b"layout_copied_at";
 
 /// The kind of a `wallet_epochs` key for the date index (records use their [`Paged`] number).
 pub(crate) const ENTRY_TIMES: u64 = 3;
@@ -228,87 +231,153 @@ pub(crate) fn entry_of_time_key(key: &[u8]) -> Result<u64, StoreError> {
 /// Brings a store to this layout before anything reads or files it: a new store gets the mark;
 /// a store written wallet-first gets its page directory completed (if older still), its records
 /// and date index copied into the epoch-first keyspaces with their `wallet_epochs`, then the
-/// mark, a sync, and the old keyspaces dropped. Idempotent at every step: a crash during the
-/// copy redoes it, one after the mark only drops what is left.
+/// mark (with the `indexed_lsn` the copy covers), a sync, and the old keyspaces dropped.
+/// Idempotent at every step: a crash during the copy redoes it, one after the mark only drops
+/// what is left. Wallet-first keyspaces found beside the mark that hold records filed after
+/// the copy (an older walletd ran on the upgraded store) are refused, never dropped.
 pub(crate) fn upgrade_layout(open: &Open) -> Result<(), StoreError> {
-    let marked = open.meta.get(LAYOUT)?.is_some();
     let wallet_first = OLD_KEYSPACES
         .into_iter()
         .any(|name| open.db.keyspace_exists(name));
-    if !marked && wallet_first {
-        let handles = OLD_KEYSPACES
-            .into_iter()
-            .map(|name| {
-                Ok(open
-                    .db
-                    .keyspace(name, fjall::KeyspaceCreateOptions::default)?)
-            })
-            .collect::<Result<Vec<_>, StoreError>>()?;
-        let [transactions, entries, holds, entry_times] = handles.as_slice() else {
-            return Err(StoreError::Rule("four wallet-first keyspaces".into()));
-        };
-        complete_directory(open, [transactions, entries, holds])?;
-        let started = std::time::Instant::now();
-        tracing::info!("copying the history store into its epoch-first layout (once)");
-        let mut copy = Copy::new(open);
-        for (old, kind) in [
-            (transactions, Paged::Transaction),
-            (entries, Paged::Entry),
-            (holds, Paged::Hold),
-        ] {
-            let to = kind.keyspace(open);
-            for guard in old.iter() {
-                let (key, value) = guard.into_inner()?;
-                let [wallet, id] = numbers::<2>("record key", &key)?;
-                copy.put(
-                    to,
-                    &record_key(wallet, id),
-                    value,
-                    (wallet, kind as u64, id_epoch(id)),
-                )?;
-            }
-        }
-        for guard in entry_times.iter() {
-            let key = guard.key()?;
-            let [wallet, at, id] = numbers::<3>("entry time", &key)?;
-            let epoch = at >> TIME_EPOCH_BITS;
-            copy.put(
-                &open.entry_times,
-                &key4(epoch, wallet, at, id),
-                fjall::Slice::from(Vec::new()),
-                (wallet, ENTRY_TIMES, epoch),
-            )?;
-        }
-        copy.finish()?;
-        tracing::info!(
-            records = copy.copied,
-            took_ms = started.elapsed().as_millis() as u64,
-            "copied the history store into its epoch-first layout"
-        );
-    } else if !marked {
-        complete_directory(open, [&open.transactions, &open.entries, &open.holds])?;
-    }
-    if !marked {
-        let mut writes = open.db.batch();
-        writes.insert(&open.meta, LAYOUT, vec![LAYOUT_EPOCHS]);
-        writes.commit()?;
-        open.db.persist(fjall::PersistMode::SyncData)?;
-    } else if let Some(bytes) = open.meta.get(LAYOUT)? {
-        if bytes.as_ref() != [LAYOUT_EPOCHS] {
+    match open.meta.get(LAYOUT)? {
+        Some(layout) if layout.as_ref() != [LAYOUT_EPOCHS] => {
             return Err(StoreError::Rule(format!(
-                "the history store has key layout {bytes:?}, which this walletd does not read"
+                "the history store has key layout {:?}, which this walletd does not read",
+                layout.as_ref()
             )));
         }
+        Some(_) => {}
+        None if wallet_first => copy_wallet_first(open)?,
+        None => {
+            // A new store: every walletd before this layout created the wallet-first
+            // keyspaces on its first open.
+            let mut writes = open.db.batch();
+            writes.insert(&open.meta, PAGES_COMPLETE, Vec::new());
+            writes.insert(&open.meta, LAYOUT, vec![LAYOUT_EPOCHS]);
+            writes.commit()?;
+            open.db.persist(fjall::PersistMode::SyncData)?;
+        }
     }
-    for name in OLD_KEYSPACES
+    drop_wallet_first(open)
+}
+
+/// The copy of a wallet-first store, then the mark.
+fn copy_wallet_first(open: &Open) -> Result<(), StoreError> {
+    let handles = OLD_KEYSPACES
         .into_iter()
-        .filter(|name| open.db.keyspace_exists(name))
+        .map(|name| {
+            Ok(open
+                .db
+                .keyspace(name, fjall::KeyspaceCreateOptions::default)?)
+        })
+        .collect::<Result<Vec<_>, StoreError>>()?;
+    let [transactions, entries, holds, entry_times] = handles.as_slice() else {
+        return Err(StoreError::Rule("four wallet-first keyspaces".into()));
+    };
+    // What a killed walletd left in their memtables (replayed from the store's journal) is
+    // flushed first: nothing seals these keyspaces during the copy, and fjall frees journal
+    // files oldest first, so it would hold the journal for the whole copy.
+    for handle in &handles {
+        handle.rotate_memtable()?;
+    }
+    let started = std::time::Instant::now();
+    while handles
+        .iter()
+        .any(|handle| handle.sealed_memtable_count() > 0)
     {
-        let handle = open
-            .db
-            .keyspace(name, fjall::KeyspaceCreateOptions::default)?;
-        open.db.delete_keyspace(handle)?;
-        tracing::info!(keyspace = name, "dropped a wallet-first history keyspace");
+        if started.elapsed() > std::time::Duration::from_secs(120) {
+            return Err(StoreError::Rule(
+                "the wallet-first keyspaces flushed no memtable for 120 s before the copy".into(),
+            ));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+    complete_directory(open, [transactions, entries, holds])?;
+    tracing::info!("copying the history store into its epoch-first layout (once)");
+    let mut copy = Copy::new(open);
+    for (old, kind) in [
+        (transactions, Paged::Transaction),
+        (entries, Paged::Entry),
+        (holds, Paged::Hold),
+    ] {
+        let to = kind.keyspace(open);
+        for guard in old.iter() {
+            let (key, value) = guard.into_inner()?;
+            let [wallet, id] = numbers::<2>("record key", &key)?;
+            copy.put(
+                to,
+                &record_key(wallet, id),
+                value,
+                (wallet, kind as u64, id_epoch(id)),
+            )?;
+        }
+    }
+    for guard in entry_times.iter() {
+        let key = guard.key()?;
+        let [wallet, at, id] = numbers::<3>("entry time", &key)?;
+        let epoch = at >> TIME_EPOCH_BITS;
+        copy.put(
+            &open.entry_times,
+            &key4(epoch, wallet, at, id),
+            fjall::Slice::from(Vec::new()),
+            (wallet, ENTRY_TIMES, epoch),
+        )?;
+    }
+    copy.finish()?;
+    let covered = open.meta.get(INDEXED_LSN)?.map(|lsn| lsn.to_vec());
+    let mut writes = open.db.batch();
+    writes.insert(&open.meta, LAYOUT, vec![LAYOUT_EPOCHS]);
+    writes.insert(&open.meta, COPIED_AT, covered.unwrap_or_default());
+    writes.commit()?;
+    open.db.persist(fjall::PersistMode::SyncData)?;
+    tracing::info!(
+        records = copy.copied,
+        took_ms = started.elapsed().as_millis() as u64,
+        "copied the history store into its epoch-first layout"
+    );
+    Ok(())
+}
+
+/// Drops the wallet-first keyspaces left beside the mark: those the copy read (the store's
+/// `indexed_lsn` is still the one the copy covered), or empty ones. Anything else was filed by
+/// an older walletd after the upgrade, and is refused with the way out.
+fn drop_wallet_first(open: &Open) -> Result<(), StoreError> {
+    let mut left = Vec::new();
+    for name in OLD_KEYSPACES {
+        if open.db.keyspace_exists(name) {
+            left.push((
+                name,
+                open.db
+                    .keyspace(name, fjall::KeyspaceCreateOptions::default)?,
+            ));
+        }
+    }
+    let covered = open.meta.get(COPIED_AT)?;
+    if !left.is_empty() {
+        let indexed = open.meta.get(INDEXED_LSN)?;
+        let copied = covered.as_ref().map(|lsn| lsn.as_ref())
+            == Some(indexed.as_deref().unwrap_or_default());
+        let mut empty = true;
+        for (_, handle) in &left {
+            empty &= handle.is_empty()?;
+        }
+        if !copied && !empty {
+            return Err(StoreError::Rule(
+                "the history store holds records in its wallet-first keyspaces that were filed \
+                 after it was copied into the epoch-first layout (an older walletd ran on it); \
+                 they are not in the layout this walletd reads. Move the data dir's history/ \
+                 aside and start walletd: it rebuilds the store from the log (or, if the log no \
+                 longer starts at LSN 1, run `walletd replay --from-archive DIR`)"
+                    .into(),
+            ));
+        }
+        for (name, handle) in left {
+            open.db.delete_keyspace(handle)?;
+            tracing::info!(keyspace = name, "dropped a wallet-first history keyspace");
+        }
+    }
+    if covered.is_some() {
+        open.meta.remove(COPIED_AT)?;
     }
     Ok(())
 }
@@ -449,6 +518,54 @@ mod tests {
                 })
                 .unwrap();
         }
+    }
+
+    /// Adds a wallet-first keyspace to a closed store, as an older walletd opening it would:
+    /// with one record and the store's `indexed_lsn` moved past it (`filed`), or empty.
+    fn older_walletd_opens(dir: &std::path::Path, filed: bool) {
+        let db = fjall::Database::builder(dir).open().unwrap();
+        let entries = db
+            .keyspace("entries", fjall::KeyspaceCreateOptions::default)
+            .unwrap();
+        if filed {
+            let meta = db
+                .keyspace("meta", fjall::KeyspaceCreateOptions::default)
+                .unwrap();
+            entries
+                .insert(super::super::store::key2(7, 1), vec![1])
+                .unwrap();
+            meta.insert(INDEXED_LSN, 99u64.to_be_bytes()).unwrap();
+        }
+        db.persist(fjall::PersistMode::SyncAll).unwrap();
+    }
+
+    /// An older walletd that only opened an upgraded store leaves empty wallet-first keyspaces,
+    /// which are dropped; one that filed records there is refused with the way out, and its
+    /// records are left where they are.
+    #[test]
+    fn wallet_first_keyspaces_beside_the_mark_are_dropped_only_if_nothing_was_filed_there() {
+        // Two stores: fjall does not bring back a keyspace name it dropped once.
+        let dir = tempfile::tempdir().unwrap();
+        HistoryStore::open(dir.path(), 1 << 20).unwrap().close();
+        older_walletd_opens(dir.path(), false);
+        let store = HistoryStore::open(dir.path(), 1 << 20).unwrap();
+        store
+            .with(|open| {
+                assert!(!open.db.keyspace_exists("entries"));
+                Ok(())
+            })
+            .unwrap();
+        store.close();
+        let dir = tempfile::tempdir().unwrap();
+        HistoryStore::open(dir.path(), 1 << 20).unwrap().close();
+        older_walletd_opens(dir.path(), true);
+        let refused = HistoryStore::open(dir.path(), 1 << 20)
+            .unwrap_err()
+            .to_string();
+        assert!(refused.contains("older walletd"), "{refused}");
+        assert!(refused.contains("--from-archive"), "{refused}");
+        let db = fjall::Database::builder(dir.path()).open().unwrap();
+        assert!(db.keyspace_exists("entries"), "the records were dropped");
     }
 
     /// The date index orders by time across epochs even when the clock stepped back (ids and

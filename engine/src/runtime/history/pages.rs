@@ -30,7 +30,7 @@ use crate::values::ids::WalletId;
 pub(crate) const BLOCK: u64 = 1024;
 
 /// Set once the directory holds every block of every wallet.
-const PAGES_COMPLETE: &[u8] = b"pages_complete";
+pub(crate) const PAGES_COMPLETE: &[u8] = b"pages_complete";
 
 /// Which records a directory key points into.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -264,6 +264,9 @@ pub struct HistoryStore {
     /// `None` once closed: the files are released even while stray handles live on (a restarted
     /// engine in the same process opens them again at once).
     open: std::sync::RwLock<Option<Open>>,
+    /// The last `answer_times` key the purge removed: the next purge starts after it
+    /// ([`HistoryStore::purge_answers_before`]).
+    pub(crate) purged_to: std::sync::Mutex<Option<fjall::Slice>>,
 }
 
 impl std::fmt::Debug for HistoryStore {
@@ -392,6 +395,7 @@ impl HistoryStore {
             .store(reports, std::sync::atomic::Ordering::Release);
         Ok(HistoryStore {
             open: std::sync::RwLock::new(Some(open)),
+            purged_to: std::sync::Mutex::new(None),
         })
     }
 
@@ -1216,16 +1220,18 @@ mod compactor_tests {
 
     use fjall::AbstractTree;
 
-    use super::{key2, HistoryStore};
+    use super::{record_key, HistoryStore};
 
     /// Writes `tables` flushed tables of 100 keys each into `entries` (numbered from `first`),
-    /// waiting for each flush; every table spans the same 100 wallets.
+    /// waiting for each flush; every table spans the same 100 wallets of one epoch, so each
+    /// overlaps the others.
     fn flushed_tables(store: &HistoryStore, tables: u64, first: u64) {
         for table in first..first + tables {
             store
                 .with(|open| {
                     for n in 0..100u64 {
-                        open.entries.insert(key2(n, table * 100 + n), [7u8; 40])?;
+                        open.entries
+                            .insert(record_key(n, table * 100 + n), [7u8; 40])?;
                     }
                     open.entries.rotate_memtable()?;
                     Ok(())
@@ -1242,7 +1248,8 @@ mod compactor_tests {
     }
 
     /// Compactor rounds racing fjall's own worker over many overlapping flushed tables (as in
-    /// production) lose and duplicate nothing, and a closed or dropped store ends the
+    /// production for the newest epoch, and for the random-keyed keyspaces) lose and duplicate
+    /// nothing, and a closed or dropped store ends the
     /// compactor's loop.
     /// How much work the second compactor takes over is measured by the soak (BENCHMARKS.md),
     /// not here: which of the two picks a compaction is a race.
@@ -1260,7 +1267,7 @@ mod compactor_tests {
             .with(|open| {
                 for table in 0..36u64 {
                     for n in 0..100u64 {
-                        assert!(open.entries.get(key2(n, table * 100 + n))?.is_some());
+                        assert!(open.entries.get(record_key(n, table * 100 + n))?.is_some());
                     }
                 }
                 assert_eq!(open.entries.len()?, 3_600);
