@@ -264,8 +264,8 @@ pub struct HistoryStore {
     /// `None` once closed: the files are released even while stray handles live on (a restarted
     /// engine in the same process opens them again at once).
     open: std::sync::RwLock<Option<Open>>,
-    /// The last `answer_times` key the purge removed: the next purge starts after it
-    /// ([`HistoryStore::purge_answers_before`]).
+    /// The last `answer_times` key the purge removed (read from `meta` on the first purge): the
+    /// next purge starts after it ([`HistoryStore::purge_answers_before`]).
     pub(crate) purged_to: std::sync::Mutex<Option<fjall::Slice>>,
 }
 
