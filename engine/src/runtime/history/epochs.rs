@@ -35,7 +35,9 @@
 use std::collections::HashMap;
 
 use super::pages::{complete_directory, Paged, PAGES_COMPLETE};
-use super::store::{key3, numbers, rotate_full, time_key, Open, StoreError, INDEXED_LSN};
+use super::store::{
+    flush_and_wait, key3, numbers, rotate_full, time_key, Open, StoreError, INDEXED_LSN,
+};
 
 /// Ids per epoch: 2^18 (~262k). Under the soak's load a shard allots that many transaction ids
 /// in about half a minute.
@@ -277,21 +279,11 @@ fn copy_wallet_first(open: &Open) -> Result<(), StoreError> {
     // What a killed walletd left in their memtables (replayed from the store's journal) is
     // flushed first: nothing seals these keyspaces during the copy, and fjall frees journal
     // files oldest first, so it would hold the journal for the whole copy.
-    for handle in &handles {
-        handle.rotate_memtable()?;
-    }
+    flush_and_wait(
+        &handles.iter().collect::<Vec<_>>(),
+        "before the layout copy",
+    )?;
     let started = std::time::Instant::now();
-    while handles
-        .iter()
-        .any(|handle| handle.sealed_memtable_count() > 0)
-    {
-        if started.elapsed() > std::time::Duration::from_secs(120) {
-            return Err(StoreError::Rule(
-                "the wallet-first keyspaces flushed no memtable for 120 s before the copy".into(),
-            ));
-        }
-        std::thread::sleep(std::time::Duration::from_millis(2));
-    }
     complete_directory(open, [transactions, entries, holds])?;
     tracing::info!("copying the history store into its epoch-first layout (once)");
     let mut copy = Copy::new(open);

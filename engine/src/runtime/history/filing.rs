@@ -214,8 +214,9 @@ impl Batch<'_> {
         what: &'static str,
         key: (u64, u64),
     ) -> Result<T, StoreError> {
-        if let Some(value) = self.overlay.get(&(kind, key2(key.0, key.1))) {
-            return decode(what, &key2(key.0, key.1), value);
+        let logical = key2(key.0, key.1);
+        if let Some(value) = self.overlay.get(&(kind, logical)) {
+            return decode(what, &logical, value);
         }
         let bytes = record_key(key.0, key.1);
         let value = self

@@ -479,27 +479,13 @@ impl HistoryStore {
     /// all to disk, then syncs: the next open has no journal to replay. For a clean stop, from
     /// the indexer's thread (never fjall's worker: see [`HistoryStore::rotate_full_memtables`]).
     pub fn flush_memtables(&self) -> Result<(), StoreError> {
-        use fjall::AbstractTree;
         self.with(|open| {
-            for (keyspace, _) in open.keyspaces() {
-                if keyspace.tree.active_memtable().size() > 0 {
-                    keyspace.rotate_memtable()?;
-                }
-            }
-            let started = std::time::Instant::now();
-            while open
+            let keyspaces: Vec<&fjall::Keyspace> = open
                 .keyspaces()
                 .iter()
-                .any(|(keyspace, _)| keyspace.tree.sealed_memtable_count() > 0)
-            {
-                if started.elapsed() > FLUSH_WAIT_MAX {
-                    return Err(StoreError::Rule(format!(
-                        "the store flushed no memtable for {} s at shutdown",
-                        FLUSH_WAIT_MAX.as_secs()
-                    )));
-                }
-                std::thread::sleep(std::time::Duration::from_millis(2));
-            }
+                .map(|(keyspace, _)| *keyspace)
+                .collect();
+            flush_and_wait(&keyspaces, "at shutdown")?;
             open.db.persist(fjall::PersistMode::SyncData)?;
             Ok(())
         })
@@ -900,6 +886,31 @@ impl HistoryStore {
     ) -> Result<u64, StoreError> {
         self.with(|open| oldest_first(open, Paged::Hold, wallet_id, "hold", visit))
     }
+}
+
+/// Seals every memtable of `keyspaces` that holds anything and waits until fjall's worker has
+/// written them all to disk; more than [`FLUSH_WAIT_MAX`] is an error naming `when`.
+pub(crate) fn flush_and_wait(keyspaces: &[&fjall::Keyspace], when: &str) -> Result<(), StoreError> {
+    use fjall::AbstractTree;
+    for keyspace in keyspaces {
+        if keyspace.tree.active_memtable().size() > 0 {
+            keyspace.rotate_memtable()?;
+        }
+    }
+    let started = std::time::Instant::now();
+    while keyspaces
+        .iter()
+        .any(|keyspace| keyspace.tree.sealed_memtable_count() > 0)
+    {
+        if started.elapsed() > FLUSH_WAIT_MAX {
+            return Err(StoreError::Rule(format!(
+                "the store flushed no memtable for {} s {when}",
+                FLUSH_WAIT_MAX.as_secs()
+            )));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+    Ok(())
 }
 
 /// [`HistoryStore::rotate_full_memtables`] on an open store (also the layout upgrade's copy,
