@@ -12,16 +12,16 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 
 use engine::commerce::payment::Payment;
-use engine::commerce::payout::Payout;
+use engine::commerce::payout::{Payout, Settlement};
 use engine::ledger::hold::Hold;
 use engine::ledger::transaction::{Hash, LedgerEntry, Transaction};
 use engine::ledger::wallet::{OwnerType, WalletType};
 use engine::shard::cold::{ColdHistory, ColdResult, Recall};
 use engine::shard::command::{CreateWallet, Details, MoneyMove, TransferArgs};
-use engine::EntryId;
 use engine::{
     Command, Context, Currency, HoldId, Outcome, PayoutId, Shard, TransactionId, Uuid, WalletId,
 };
+use engine::{EntryId, SettlementId};
 use rust_decimal::Decimal;
 
 /// Bytes allocated and not yet freed, by everything in this process.
@@ -114,6 +114,12 @@ impl ColdHistory for FiledElsewhere {
     }
     fn for_each_payout(&self, _: WalletId, _: &mut dyn FnMut(&Payout) -> bool) -> ColdResult<()> {
         Err("a transfer listed payouts".into())
+    }
+    fn settlement(&self, _: SettlementId) -> ColdResult<Option<Settlement>> {
+        Err("a transfer read a settlement".into())
+    }
+    fn settled_by(&self, _: TransactionId) -> ColdResult<Option<SettlementId>> {
+        Err("a transfer read a settlement claim".into())
     }
 }
 

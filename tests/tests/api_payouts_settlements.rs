@@ -1007,3 +1007,49 @@ fn settlement_list_filters_by_wallet_and_status_and_get_shows_one() {
         "an unknown settlement",
     );
 }
+
+/// An executed settlement leaves the shard's memory once filed and keeps its claim on its
+/// payment credits in the history store (docs/history.md, "Settlements"): after a SIGKILL
+/// right after the execute was acknowledged (the indexer may not have filed it yet) the
+/// restarted server shows it by id and in the list, still refuses the same period as nothing to
+/// settle, and settles a later payment alone. Its own server: the test kills it.
+#[test]
+fn an_executed_settlement_keeps_its_items_across_a_sigkill() {
+    let server = Server::start();
+    let platform = staff(&server, PLATFORM_BUSINESS_ID);
+    let mut f = Fixture { server, platform };
+    let shop = shop(&f);
+    pay(&f, &shop, "100.00");
+    let executed = settlement(&f, &shop);
+    move_settlement(&f, &shop, executed, "approve", "approved");
+    move_settlement(&f, &shop, executed, "execute", "executed");
+    let first = get_settlement(&f, &shop, executed);
+
+    f.server.kill_hard();
+    f.server.restart();
+
+    let shown = get_settlement(&f, &shop, executed);
+    assert_eq!(
+        shown.json()["data"],
+        first.json()["data"],
+        "the same record"
+    );
+    let listed = f.server.get_ok(
+        &format!("/v1/wallet-settlements?wallet_id={}", shop.wallet),
+        &shop.staff.finance.token,
+    )["data"]
+        .clone();
+    assert_eq!(list_ids(&listed), [executed]);
+    standard_error(
+        &create_settlement(&f, &shop, &new_key()),
+        422,
+        "nothing_to_settle",
+        "the executed settlement's period again, after the restart",
+    );
+    pay(&f, &shop, "40.00");
+    let second = create_settlement(&f, &shop, &new_key());
+    assert_eq!(second.status, 201, "{}", second.text());
+    let (items, _, _) = items_and_totals(&second);
+    assert_eq!(items, [triple("40.00", "2.00", "38.00")]);
+    assert!(item_uuids(&first).is_disjoint(&item_uuids(&second)));
+}

@@ -6,12 +6,11 @@
 //! shard (or of one, when filtered by wallet).
 
 use engine::commerce::payout::{PayoutStatus, PeriodType, SettlementStatus};
-use engine::commerce::view::SettlementView;
 use engine::runtime::WalletScope;
 use engine::shard::command::{CreatePayout, CreateSettlement};
 use engine::shard::commerce::query::{PayoutFilter, SettlementFilter};
 use engine::values::ids::{shard_of, PayoutId, SettlementId};
-use engine::{Command, Page, Paged, WalletId};
+use engine::{Command, WalletId};
 use hyper::StatusCode;
 use rust_decimal::Decimal;
 use serde::Deserialize;
@@ -222,51 +221,6 @@ async fn list_scope(app: &SharedApp, call: &Call) -> Result<ListScope, ApiError>
     })
 }
 
-/// Page `requested` of the records every shard (or the one of `wallet`) holds, newest first by
-/// `(created_at, id)`: each shard gives its first `page × per_page`, the merge keeps the page.
-async fn merged<T, F>(
-    app: &SharedApp,
-    wallet: Option<WalletId>,
-    requested: Page,
-    read: F,
-    key: fn(&T) -> (i64, u64),
-) -> Result<Paged<T>, ApiError>
-where
-    T: Send + 'static,
-    F: Fn(&engine::Shard, Page) -> Result<Paged<T>, engine::Rejection>
-        + Send
-        + Sync
-        + Clone
-        + 'static,
-{
-    let wanted = requested.page().saturating_mul(requested.per_page());
-    let head = Page::first(wanted);
-    let shards: Vec<u32> = match wallet {
-        Some(wallet) => vec![app.engine.shard_of_wallet(wallet)],
-        None => (0..app.engine.shard_count()).collect(),
-    };
-    let mut records = Vec::new();
-    let mut total = 0;
-    for shard in shards {
-        let read = read.clone();
-        let paged = app
-            .engine
-            .read_shard(shard, move |s| read(s, head))
-            .await
-            .map_err(engine_error)?
-            .map_err(|rejection| ApiError::from_rejection(&rejection))?;
-        total += paged.total;
-        records.extend(paged.records);
-    }
-    records.sort_by_key(|record| std::cmp::Reverse(key(record)));
-    let records = records
-        .into_iter()
-        .skip(requested.offset())
-        .take(requested.per_page() as usize)
-        .collect();
-    Ok(Paged { records, total })
-}
-
 fn payout_status(text: &str) -> Result<PayoutStatus, ApiError> {
     engine::shard::commerce::report::PAYOUT_STATUSES
         .into_iter()
@@ -386,11 +340,13 @@ async fn settlement_wallet(
     let shard = shard_of(id.0, app.engine.shard_count());
     app.engine
         .peek_shard(shard, move |s| {
-            let settlement = s.settlement(id)?;
-            s.wallet(settlement.wallet_id).map(WalletScope::of)
+            s.settlement(id).map(|found| {
+                found.and_then(|settlement| s.wallet(settlement.wallet_id).map(WalletScope::of))
+            })
         })
         .await
-        .map_err(engine_error)
+        .map_err(engine_error)?
+        .map_err(|rejection| ApiError::from_rejection(&rejection))
 }
 
 /// Approve, reject, cancel, execute.
@@ -461,14 +417,11 @@ pub async fn list_settlements(app: &SharedApp, call: &Call) -> Handled {
         status: scope.status.as_deref().map(settlement_status).transpose()?,
         business_id: Some(scope.business_id),
     };
-    let paged = merged(
-        app,
-        scope.wallet_id,
-        requested,
-        move |s, head| Ok(s.settlements_page(&filter, head)),
-        |p: &SettlementView| (p.created_at_ms, p.id.0),
-    )
-    .await?;
+    let paged = app
+        .engine
+        .settlements_page(filter, requested)
+        .await
+        .map_err(engine_error)?;
     let records = paged.records.iter().map(settlement).collect();
     let data = page(
         records,

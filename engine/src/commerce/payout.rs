@@ -435,6 +435,48 @@ pub struct Settlement {
     pub transaction_id: Option<TransactionId>,
 }
 
+impl Settlement {
+    /// Whether the settlement may leave memory once filed: rejected, cancelled and executed ones
+    /// never change again (an executed one's claim on its items is then kept by the store).
+    #[must_use]
+    pub fn may_leave_memory(&self) -> bool {
+        matches!(
+            self.status,
+            SettlementStatus::Rejected | SettlementStatus::Cancelled | SettlementStatus::Executed
+        )
+    }
+
+    /// Applies one transition (`SettlementChanged`): the status it names and its stamps.
+    pub(crate) fn apply_change(
+        &mut self,
+        change: &SettlementChange,
+        at_ms: i64,
+    ) -> Result<(), &'static str> {
+        let next = change.status();
+        if !self.status.can_become(next) {
+            return Err("settlement transition not allowed");
+        }
+        self.status = next;
+        self.updated_at_ms = at_ms;
+        match change {
+            SettlementChange::Approved { by, notes } => {
+                self.approved = Some(Stamp { by: *by, at_ms });
+                self.approval_notes.clone_from(notes);
+            }
+            SettlementChange::Rejected { by, reason } => {
+                self.rejected = Some(Stamp { by: *by, at_ms });
+                self.rejection_reason = Some(reason.clone());
+            }
+            SettlementChange::Cancelled { by } => self.cancelled = Some(Stamp { by: *by, at_ms }),
+            SettlementChange::Executed { by, transaction_id } => {
+                self.executed = Some(Stamp { by: *by, at_ms });
+                self.transaction_id = Some(*transaction_id);
+            }
+        }
+        Ok(())
+    }
+}
+
 /// One transition of a settlement.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

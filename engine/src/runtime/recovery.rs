@@ -255,8 +255,9 @@ pub(crate) fn open(
         }
         Err(error) => return Err(history_error(&store_path, &error)),
     };
-    // A store written before payments and payouts were filed lacks those it covers: replay then
-    // keeps every one in memory, and they are filed from there once replay is done (below).
+    // A store written before payments, payouts and settlements were filed lacks those it
+    // covers: replay then keeps every one in memory, and they are filed from there once replay
+    // is done (below).
     let commerce_filed = store
         .commerce_complete()
         .and_then(|complete| Ok(complete || store.indexed_lsn()? == 0))
@@ -371,9 +372,9 @@ pub(crate) fn open(
             ),
         });
     }
-    // Every payment and payout the shards hold is their latest version; filed as it is, it
-    // completes a store written before they were (once: the store is then marked complete).
-    // From here on final ones leave memory once filed.
+    // Every payment, payout and settlement the shards hold is their latest version; filed as it
+    // is, it completes a store written before they were (once: the store is then marked
+    // complete). From here on final ones leave memory once filed.
     if !store
         .commerce_complete()
         .map_err(|e| history_error(&store_path, &e))?
@@ -388,9 +389,15 @@ pub(crate) fn open(
                     .shards
                     .iter()
                     .flat_map(|shard| shard.commerce.payouts.values()),
+                state
+                    .shards
+                    .iter()
+                    .flat_map(|shard| shard.commerce.settlements.values()),
             )
             .map_err(|e| history_error(&store_path, &e))?;
-        tracing::info!("filed the payments and payouts of a store written before they were");
+        tracing::info!(
+            "filed the payments, payouts and settlements of a store written before they were"
+        );
     }
     for shard in &mut state.shards {
         shard.finals_leave = true;

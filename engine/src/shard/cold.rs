@@ -1,8 +1,8 @@
 //! Where a shard finds the records that left its memory.
 //!
 //! Memory holds hot state only (ARCHITECTURE.md, invariant 10): balances, chain heads, counters,
-//! active holds, pending payments, open payouts, and the records the history indexer has not filed
-//! yet. Everything older is in the history store, which the runtime lends the shard as a
+//! active holds, pending payments, open payouts and settlements, and the records the history
+//! indexer has not filed yet. Everything older is in the history store, which the runtime lends the shard as a
 //! [`ColdHistory`]. Three modes ([`Recall`]):
 //!
 //! * **`Keep`**: a shard with no store (tests, benches, tools): nothing ever leaves memory, and
@@ -21,12 +21,12 @@ use std::fmt;
 use std::sync::Arc;
 
 use crate::commerce::payment::Payment;
-use crate::commerce::payout::Payout;
+use crate::commerce::payout::{Payout, Settlement};
 use crate::ledger::hold::Hold;
 use crate::ledger::transaction::{Hash, LedgerEntry, Transaction};
 use crate::shard::moves::{MoveKey, MoveRecord};
 use crate::values::error::Rejection;
-use crate::values::ids::{EntryId, HoldId, PayoutId, TransactionId, Uuid, WalletId};
+use crate::values::ids::{EntryId, HoldId, PayoutId, SettlementId, TransactionId, Uuid, WalletId};
 
 /// A failed read of the store; the command is refused as unavailable.
 pub type ColdResult<T> = Result<T, String>;
@@ -90,6 +90,12 @@ pub trait ColdHistory: Send + Sync {
         wallet: WalletId,
         visit: &mut dyn FnMut(&Payout) -> bool,
     ) -> ColdResult<()>;
+    /// The filed settlement with this id.
+    fn settlement(&self, id: SettlementId) -> ColdResult<Option<Settlement>>;
+    /// The executed settlement that claimed merchant credit `transaction`, as filed. Required,
+    /// with no default: a store that answered "none" for a claim it holds would let a payment
+    /// be settled twice.
+    fn settled_by(&self, transaction: TransactionId) -> ColdResult<Option<SettlementId>>;
 }
 
 /// How the shard treats records that are not in its memory (see the module docs).

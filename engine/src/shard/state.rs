@@ -59,7 +59,9 @@ use crate::shard::cold::{unavailable, ColdHistory, ColdResult, Recall};
 use crate::shard::command::{paginate, Page, Paged};
 use crate::values::currency::Currency;
 use crate::values::error::Rejection;
-use crate::values::ids::{EntryId, HoldId, IdSpace, PayoutId, TransactionId, Uuid, WalletId};
+use crate::values::ids::{
+    EntryId, HoldId, IdSpace, PayoutId, SettlementId, TransactionId, Uuid, WalletId,
+};
 
 /// Target resident bytes of an idle wallet, including its index slots.
 pub const IDLE_WALLET_BYTES_BUDGET: usize = 200;
@@ -154,9 +156,13 @@ pub struct Shard {
     pub(crate) payout_stamps: HashMap<PayoutId, u64>,
     /// Payouts that changed, by the stamp of the change, oldest first (see `touched`).
     pub(crate) touched_payouts: VecDeque<(u64, PayoutId)>,
-    /// Whether final payments and payouts leave memory once filed: false only while recovery
-    /// replays for a store written before they were filed (they are filed from memory
-    /// afterwards, see `recovery`).
+    /// Settlements in memory by the stamp of their last change (absent: loaded, stamp 0).
+    pub(crate) settlement_stamps: HashMap<SettlementId, u64>,
+    /// Settlements that changed, by the stamp of the change, oldest first (see `touched`).
+    pub(crate) touched_settlements: VecDeque<(u64, SettlementId)>,
+    /// Whether final payments, payouts and settlements leave memory once filed: false only
+    /// while recovery replays for a store written before they were filed (they are filed from
+    /// memory afterwards, see `recovery`).
     pub(crate) finals_leave: bool,
 }
 
@@ -189,6 +195,8 @@ impl Shard {
             touched_payments: VecDeque::new(),
             payout_stamps: HashMap::new(),
             touched_payouts: VecDeque::new(),
+            settlement_stamps: HashMap::new(),
+            touched_settlements: VecDeque::new(),
             finals_leave: true,
         }
     }
@@ -534,6 +542,13 @@ impl Shard {
             self.touched_payouts.pop_front();
             gone += self.evict_payout(id, filed);
         }
+        while let Some(&(stamp, id)) = self.touched_settlements.front() {
+            if stamp > filed {
+                break;
+            }
+            self.touched_settlements.pop_front();
+            gone += self.evict_settlement(id, filed);
+        }
         gone + self.evict_filed_moves(filed)
     }
 
@@ -571,6 +586,61 @@ impl Shard {
     #[must_use]
     pub fn payouts_in_memory(&self) -> usize {
         self.commerce.payouts.len()
+    }
+
+    /// Drops settlement `id` if it is final and its last change is filed. An executed one's
+    /// claims on its items leave the settled-transaction index with it: the store keeps them
+    /// (`settled_items`, filed with the change that executed it), and a new settlement's
+    /// decision reads them there ([`Shard::settled_by`]). A rejected or cancelled one claims
+    /// nothing.
+    fn evict_settlement(&mut self, id: SettlementId, filed: u64) -> usize {
+        if !self.finals_leave
+            || self
+                .settlement_stamps
+                .get(&id)
+                .is_some_and(|&at| at > filed)
+        {
+            return 0;
+        }
+        let Some(settlement) = self
+            .commerce
+            .settlements
+            .get(&id)
+            .filter(|settlement| settlement.may_leave_memory())
+        else {
+            return 0;
+        };
+        let settled = &mut self.index.commerce.settled;
+        for item in &settlement.items {
+            if settled.get(&item.transaction_id) == Some(&id) {
+                settled.remove(&item.transaction_id);
+            }
+        }
+        self.commerce.settlements.remove(&id);
+        self.settlement_stamps.remove(&id);
+        1
+    }
+
+    /// Notes that settlement `id` changed under the current command.
+    pub(crate) fn touch_settlement(&mut self, id: SettlementId) {
+        if self.recall.evicts() {
+            self.settlement_stamps.insert(id, self.stamp);
+            if self.touched_settlements.back() != Some(&(self.stamp, id)) {
+                self.touched_settlements.push_back((self.stamp, id));
+            }
+        }
+    }
+
+    /// Settlements held in memory.
+    #[must_use]
+    pub fn settlements_in_memory(&self) -> usize {
+        self.commerce.settlements.len()
+    }
+
+    /// Settled-transaction index entries held in memory (claims of the settlements in memory).
+    #[must_use]
+    pub fn settled_in_memory(&self) -> usize {
+        self.index.commerce.settled.len()
     }
 
     /// Drops payment `uuid` if it may leave memory and its last change is filed.
@@ -615,8 +685,10 @@ impl Shard {
         self.touched.clear();
         self.touched_payments.clear();
         self.touched_payouts.clear();
+        self.touched_settlements.clear();
         let payments: Vec<Uuid> = self.commerce.payments.keys().copied().collect();
         let payouts: Vec<PayoutId> = self.commerce.payouts.keys().copied().collect();
+        let settlements: Vec<SettlementId> = self.commerce.settlements.keys().copied().collect();
         let payments_gone: usize = payments
             .into_iter()
             .map(|uuid| self.evict_payment(uuid, u64::MAX))
@@ -624,6 +696,10 @@ impl Shard {
             + payouts
                 .into_iter()
                 .map(|id| self.evict_payout(id, u64::MAX))
+                .sum::<usize>()
+            + settlements
+                .into_iter()
+                .map(|id| self.evict_settlement(id, u64::MAX))
                 .sum::<usize>();
         let ids: Vec<WalletId> = self
             .wallets

@@ -411,7 +411,10 @@ impl Run {
             assert_eq!(self.h.shard.payout(*id).unwrap().unwrap().status, *status);
         }
         for (id, status) in &self.model.settlements {
-            assert_eq!(self.h.shard.settlement(*id).unwrap().status, *status);
+            assert_eq!(
+                self.h.shard.settlement(*id).unwrap().unwrap().status,
+                *status
+            );
         }
     }
 }

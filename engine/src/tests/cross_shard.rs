@@ -416,6 +416,18 @@ struct Unreadable;
 use crate::shard::cold::ColdResult;
 
 impl crate::shard::cold::ColdHistory for Unreadable {
+    fn settlement(
+        &self,
+        _: crate::values::ids::SettlementId,
+    ) -> ColdResult<Option<crate::commerce::payout::Settlement>> {
+        Err("unreadable".into())
+    }
+    fn settled_by(
+        &self,
+        _: crate::values::ids::TransactionId,
+    ) -> ColdResult<Option<crate::values::ids::SettlementId>> {
+        Err("unreadable".into())
+    }
     fn transaction(
         &self,
         _: crate::WalletId,

@@ -28,6 +28,7 @@ mod refunds_reversals;
 mod replay;
 mod reports_upgrade;
 mod runtime_hardening;
+mod settlements_store;
 mod wallets;
 
 use rust_decimal::Decimal;

@@ -17,7 +17,7 @@ use crate::shard::commerce::query::PaymentFilter;
 use crate::values::fee::FeeRule;
 use crate::{Command, Currency, Outcome, Page, Uuid};
 
-async fn pay(
+pub(super) async fn pay(
     engine: &crate::runtime::Engine,
     merchant: crate::WalletId,
     payer: crate::WalletId,

@@ -1,11 +1,11 @@
 //! Filing: what the indexer writes to the store for each durable event, in LSN order.
 //!
-//! It mirrors what `Shard::apply` does to a wallet's history and to payments and payouts,
-//! through the same record methods (`Transaction::mark_reversed`, `Transaction::set_refunded`,
-//! `LedgerEntry::mark_reversed`, `Hold::close`, `Payment::complete`, `Payment::close`,
-//! `Payment::set_refunded`, `Payout::apply_change`), so the store holds exactly the records the
-//! shard would show; cross-shard moves go to [`super::moves`]. Every other event leaves history
-//! alone.
+//! It mirrors what `Shard::apply` does to a wallet's history and to payments, payouts and
+//! settlements, through the same record methods (`Transaction::mark_reversed`,
+//! `Transaction::set_refunded`, `LedgerEntry::mark_reversed`, `Hold::close`,
+//! `Payment::complete`, `Payment::close`, `Payment::set_refunded`, `Payout::apply_change`,
+//! `Settlement::apply_change`), so the store holds exactly the records the shard would show;
+//! cross-shard moves go to [`super::moves`]. Every other event leaves history alone.
 //!
 //! One call files a group of records as one atomic write batch. A batch cannot read its own
 //! writes, so records changed twice within it (a transfer refunded a moment later) go through a
@@ -25,11 +25,11 @@ use super::moves::MoveOverlay;
 use super::pages::{directory_key, starts_block, Paged};
 use super::report_days::{ReportBatch, Scope};
 use super::store::{
-    counts_in, decode, encode, key2, key3, payment_writes, payout_writes, HistoryStore, Open,
-    StoreError, Write, COMMERCE_COMPLETE, INDEXED_LSN,
+    counts_in, decode, encode, key2, key3, payment_writes, payout_writes, settlement_writes,
+    HistoryStore, Open, StoreError, Write, COMMERCE_COMPLETE, INDEXED_LSN, SETTLEMENTS_COMPLETE,
 };
 use crate::commerce::payment::Payment;
-use crate::commerce::payout::Payout;
+use crate::commerce::payout::{Payout, Settlement};
 use crate::ledger::hold::Hold;
 use crate::ledger::transaction::{Hash, LedgerEntry, Transaction};
 use crate::runtime::journal::IdempotencyRecord;
@@ -158,6 +158,8 @@ enum Kind {
     Payment,
     /// Keyed by `key2(payout id, 0)`.
     Payout,
+    /// Keyed by `key2(settlement id, 0)`.
+    Settlement,
 }
 
 struct Batch<'a> {
@@ -189,6 +191,7 @@ impl Batch<'_> {
             Kind::Hold => &self.open.holds,
             Kind::Payment => &self.open.payments,
             Kind::Payout => &self.open.payouts,
+            Kind::Settlement => &self.open.settlements,
         }
     }
 
@@ -437,12 +440,33 @@ impl Batch<'_> {
                     self.file_record(Kind::Payout, key2(payout_id.0, 0), writes);
                 }
             }
+            Event::SettlementCreated(settlement) => {
+                let writes = settlement_writes(self.open, settlement, true)?;
+                self.file_record(Kind::Settlement, key2(settlement.id.0, 0), writes);
+            }
+            Event::SettlementChanged {
+                settlement_id,
+                change,
+                at_ms,
+            } => {
+                let key = settlement_id.0.to_be_bytes();
+                let changed: Option<Settlement> = self.change_filed(
+                    (Kind::Settlement, key2(settlement_id.0, 0)),
+                    &key,
+                    "settlement",
+                    |settlement: &mut Settlement| settlement.apply_change(change, *at_ms),
+                )?;
+                if let Some(settlement) = changed {
+                    let writes = settlement_writes(self.open, &settlement, false)?;
+                    self.file_record(Kind::Settlement, key2(settlement_id.0, 0), writes);
+                }
+            }
             moved => self.moves.file(self.open, &mut self.writes, moved, false)?,
         }
         Ok(())
     }
 
-    /// Writes a payment's or payout's `writes` (the record first, then its indexes), the record
+    /// Writes a payment's, payout's or settlement's `writes` (the record first, then its indexes), the record
     /// also into the overlay under `key`.
     fn file_record(&mut self, kind: Kind, key: [u8; 16], writes: Vec<Write<'_>>) {
         for (index, (keyspace, at, value)) in writes.into_iter().enumerate() {
@@ -467,10 +491,11 @@ impl Batch<'_> {
         Ok(())
     }
 
-    /// A filed payment or payout (`overlay`: its place in the overlay; `key`: in its keyspace)
-    /// changed through `change`, to file again. One the store lacks is an error, except in a
-    /// store written before they were filed (no `commerce_complete` yet): recovery then files
-    /// the shards' own copy, and this answers `None`.
+    /// A filed payment, payout or settlement (`overlay`: its place in the overlay; `key`: in its
+    /// keyspace) changed through `change`, to file again. One the store lacks is an error,
+    /// except in a store written before they were filed (no `commerce_complete`, or no
+    /// `settlements_complete` for a settlement): recovery then files the shards' own copy, and
+    /// this answers `None`.
     fn change_filed<T: DeserializeOwned>(
         &self,
         overlay: (Kind, [u8; 16]),
@@ -483,7 +508,11 @@ impl Batch<'_> {
             None => self.keyspace(overlay.0).get(key)?,
         };
         let Some(bytes) = found else {
-            if self.open.meta.get(COMMERCE_COMPLETE)?.is_none() {
+            let mark = match overlay.0 {
+                Kind::Settlement => SETTLEMENTS_COMPLETE,
+                _ => COMMERCE_COMPLETE,
+            };
+            if self.open.meta.get(mark)?.is_none() {
                 return Ok(None);
             }
             return Err(StoreError::Missing {
@@ -538,7 +567,7 @@ mod tests {
         let mut heads = ChainHeads::default();
         file_batch(&store, &[Filed::events(1, completed())], &mut heads).unwrap();
         store
-            .file_commerce(std::iter::empty(), std::iter::empty())
+            .file_commerce(std::iter::empty(), std::iter::empty(), std::iter::empty())
             .unwrap();
         assert!(store.commerce_complete().unwrap());
         let refused = file_batch(&store, &[Filed::events(2, completed())], &mut heads);

@@ -6,10 +6,10 @@ use std::sync::Arc;
 
 use rust_decimal::Decimal;
 
-use crate::commerce::view::PayoutView;
+use crate::commerce::view::{PayoutView, SettlementView};
 use crate::ledger::transfer::TransitTotals;
 use crate::shard::commerce::invariants::{check_cross_shard_pairs, CrossShardLegs};
-use crate::shard::commerce::query::PayoutFilter;
+use crate::shard::commerce::query::{PayoutFilter, SettlementFilter};
 use crate::shard::moves::Leg;
 use crate::values::currency::Currency;
 
@@ -130,22 +130,64 @@ impl Engine {
         filter: PayoutFilter,
         page: Page,
     ) -> Result<Paged<PayoutView>, EngineError> {
+        self.filed_page(
+            "payout",
+            move |store| store.payouts_where(filter.wallet_id, &|payout| filter.accepts(payout)),
+            |payout| (payout.created.at_ms, payout.id.0),
+            |store, payout| PayoutView::of(store, payout),
+            page,
+        )
+        .await
+    }
+
+    /// Settlements that `filter` accepts, of every shard, newest first (by creation time, then
+    /// id), read as [`Engine::payouts_page`] reads payouts. Final settlements leave the shards'
+    /// memory once filed, so the store is the one place that holds them all.
+    pub async fn settlements_page(
+        &self,
+        filter: SettlementFilter,
+        page: Page,
+    ) -> Result<Paged<SettlementView>, EngineError> {
+        self.filed_page(
+            "settlement",
+            move |store| {
+                store.settlements_where(filter.wallet_id, &|settlement| filter.accepts(settlement))
+            },
+            |settlement| (settlement.created.at_ms, settlement.id.0),
+            |store, settlement| SettlementView::of(store, settlement),
+            page,
+        )
+        .await
+    }
+
+    /// Page `page` of the records `matching` reads from the store, newest first by `newest`
+    /// (creation time, id), each shown through `view`: waits until the indexer covers the
+    /// durable LSN, then reads on a blocking thread, not a shard's.
+    async fn filed_page<T, V>(
+        &self,
+        what: &'static str,
+        matching: impl FnOnce(&HistoryStore) -> Result<Vec<T>, StoreError> + Send + 'static,
+        newest: fn(&T) -> (i64, u64),
+        view: fn(&HistoryStore, &T) -> V,
+        page: Page,
+    ) -> Result<Paged<V>, EngineError>
+    where
+        T: Send + 'static,
+        V: Send + 'static,
+    {
         self.inner
             .history
             .caught_up(self.inner.wal.durable_lsn())
             .await?;
         let store = self.inner.store.clone();
         tokio::task::spawn_blocking(move || {
-            let mut matching =
-                store.payouts_where(filter.wallet_id, &|payout| filter.accepts(payout))?;
-            matching.sort_unstable_by_key(|payout| {
-                std::cmp::Reverse((payout.created.at_ms, payout.id.0))
-            });
+            let mut matching = matching(&store)?;
+            matching.sort_unstable_by_key(|record| std::cmp::Reverse(newest(record)));
             let records = matching
                 .iter()
                 .skip(page.offset())
                 .take(page.per_page() as usize)
-                .map(|payout| PayoutView::of(&*store, payout))
+                .map(|record| view(&store, record))
                 .collect();
             Ok(Paged {
                 records,
@@ -153,7 +195,7 @@ impl Engine {
             })
         })
         .await
-        .map_err(|error| EngineError::Unavailable(format!("payout list read: {error}")))?
+        .map_err(|error| EngineError::Unavailable(format!("{what} list read: {error}")))?
         .map_err(unavailable)
     }
 

@@ -42,7 +42,7 @@ use crate::shard::commerce::report::{
 use crate::shard::event::Event;
 use crate::shard::state::Shard;
 use crate::values::currency::Currency;
-use crate::values::ids::{PayoutId, Uuid, WalletId};
+use crate::values::ids::{PayoutId, SettlementId, Uuid, WalletId};
 
 pub(crate) const REPORTS_COMPLETE: &[u8] = b"reports_complete";
 
@@ -469,17 +469,18 @@ fn transaction_row(business: u64, currency: Currency, transaction: &Transaction)
 }
 
 /// The aggregates recounted from records: what `report_days` and `report_subjects` must hold.
-/// Built per shard ([`Recount::shard`]: wallets and settlements, which the shards hold in
-/// memory, and the payments and payouts they hold) plus the records filed in the store
-/// ([`HistoryStore::recount_filed`]: transactions, and the payments and payouts that left
-/// memory; a version in memory stands for its filed one, being the same or newer).
+/// Built per shard ([`Recount::shard`]: wallets, which the shards hold in memory, and the
+/// payments, payouts and settlements they hold) plus the records filed in the store
+/// ([`HistoryStore::recount_filed`]: transactions, and the payments, payouts and settlements
+/// that left memory; a version in memory stands for its filed one, being the same or newer).
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Recount {
     days: BTreeMap<DayKey, DayTally>,
     subjects: BTreeMap<SubjectKey, Subject>,
-    /// Payments and payouts in the shards' memory, counted by `recount_filed`.
+    /// Payments, payouts and settlements in the shards' memory, counted by `recount_filed`.
     payments: BTreeMap<Uuid, Payment>,
     payouts: BTreeMap<PayoutId, Payout>,
+    settlements: BTreeMap<SettlementId, Settlement>,
 }
 
 impl Recount {
@@ -516,7 +517,7 @@ impl Recount {
         Ok(())
     }
 
-    /// Counts what `shard` holds in memory: its wallets and settlements; its payments and payouts
+    /// Counts what `shard` holds in memory: its wallets; its payments, payouts and settlements
     /// are kept to be counted with the filed ones ([`HistoryStore::recount_filed`]).
     pub fn shard(&mut self, shard: &Shard) -> Result<(), StoreError> {
         for wallet in shard.wallets() {
@@ -536,7 +537,7 @@ impl Recount {
             self.payouts.insert(payout.id, payout.clone());
         }
         for settlement in shard.commerce.settlements.values() {
-            self.created(ReportKind::Settlements, settlement_subject(settlement))?;
+            self.settlements.insert(settlement.id, settlement.clone());
         }
         Ok(())
     }
@@ -572,6 +573,7 @@ impl Recount {
         self.subjects.extend(other.subjects);
         self.payments.extend(other.payments);
         self.payouts.extend(other.payouts);
+        self.settlements.extend(other.settlements);
         Ok(())
     }
 }
@@ -723,6 +725,16 @@ impl HistoryStore {
             }
             for payout in in_memory.into_values() {
                 recount.created(ReportKind::Payouts, payout_subject(&payout))?;
+            }
+            let mut in_memory = std::mem::take(&mut recount.settlements);
+            for guard in open.settlements.iter() {
+                let (key, bytes) = guard.into_inner()?;
+                let filed: Settlement = decode("settlement", &key, &bytes)?;
+                let settlement = in_memory.remove(&filed.id).unwrap_or(filed);
+                recount.created(ReportKind::Settlements, settlement_subject(&settlement))?;
+            }
+            for settlement in in_memory.into_values() {
+                recount.created(ReportKind::Settlements, settlement_subject(&settlement))?;
             }
             Ok(())
         })

@@ -29,7 +29,11 @@
 //! payment_times completed_at | payment id       -> uuid          completed payments by date (fees)
 //! payouts       payout id                       -> Payout
 //! wallet_payouts wallet | payout id             -> ()            a wallet's payouts, oldest first
+//! settlements   settlement id                   -> Settlement
+//! wallet_settlements wallet | settlement id     -> ()            a wallet's settlements, oldest first
+//! settled_items transaction id                  -> settlement id an executed settlement's claims
 //! meta          "commerce_complete"             -> ()            every payment and payout is filed
+//! meta          "settlements_complete"          -> ()            every settlement is filed
 //! ```
 //!
 //! An entry is stored with the hash of the entry before it, so a page of the statement shows each
@@ -53,11 +57,11 @@ use serde::Serialize;
 use super::epochs::{entry_of_time_key, record_key, wallet_entry_times, wallet_records};
 use super::pages::{newest_first_raw, newest_merged_raw, Paged};
 use crate::commerce::payment::Payment;
-use crate::commerce::payout::Payout;
+use crate::commerce::payout::{Payout, Settlement, SettlementStatus};
 use crate::ledger::hold::Hold;
 use crate::ledger::transaction::{Hash, LedgerEntry, Transaction};
 use crate::shard::cold::ColdResult;
-use crate::values::ids::{EntryId, HoldId, PayoutId, TransactionId, Uuid, WalletId};
+use crate::values::ids::{EntryId, HoldId, PayoutId, SettlementId, TransactionId, Uuid, WalletId};
 
 /// First byte of every stored value; a new layout takes a new number and keeps a reader for the
 /// old one.
@@ -67,6 +71,9 @@ pub(crate) const INDEXED_LSN: &[u8] = b"indexed_lsn";
 /// Present once every payment and payout of the log is filed (absent: a store written before they
 /// were, completed by recovery from the shards' memory).
 pub(crate) const COMMERCE_COMPLETE: &[u8] = b"commerce_complete";
+/// Present once every settlement of the log is filed, with the claims of the executed ones
+/// (absent: a store written before they were, completed like `commerce_complete`).
+pub(crate) const SETTLEMENTS_COMPLETE: &[u8] = b"settlements_complete";
 
 /// The store's directory in a data directory.
 pub const STORE_DIR: &str = "history";
@@ -226,11 +233,14 @@ pub(crate) struct Open {
     pub(crate) payment_times: fjall::Keyspace,
     pub(crate) payouts: fjall::Keyspace,
     pub(crate) wallet_payouts: fjall::Keyspace,
+    pub(crate) settlements: fjall::Keyspace,
+    pub(crate) wallet_settlements: fjall::Keyspace,
+    pub(crate) settled_items: fjall::Keyspace,
 }
 
 impl Open {
     /// Every keyspace with the memtable size at which the indexer seals it.
-    fn keyspaces(&self) -> [(&fjall::Keyspace, u64); 20] {
+    fn keyspaces(&self) -> [(&fjall::Keyspace, u64); 23] {
         const LARGE: u64 = 16 << 20;
         const SMALL: u64 = 8 << 20;
         [
@@ -254,6 +264,9 @@ impl Open {
             (&self.payment_times, SMALL),
             (&self.payouts, SMALL),
             (&self.wallet_payouts, SMALL),
+            (&self.settlements, SMALL),
+            (&self.wallet_settlements, SMALL),
+            (&self.settled_items, SMALL),
         ]
     }
 }
@@ -374,6 +387,9 @@ impl HistoryStore {
             payment_times: keyspace("payment_times")?,
             payouts: keyspace("payouts")?,
             wallet_payouts: keyspace("wallet_payouts")?,
+            settlements: keyspace("settlements")?,
+            wallet_settlements: keyspace("wallet_settlements")?,
+            settled_items: keyspace("settled_items")?,
             db,
         };
         super::epochs::upgrade_layout(&open)?;
@@ -824,41 +840,120 @@ impl HistoryStore {
         })
     }
 
+    /// The settlement with this id.
+    pub fn settlement(&self, id: SettlementId) -> Result<Option<Settlement>, StoreError> {
+        self.with(|open| get(&open.settlements, id.0.to_be_bytes(), "settlement"))
+    }
+
+    /// The executed settlement that claimed transaction `id` (a merchant's payment credit).
+    pub fn settled_by(&self, id: TransactionId) -> Result<Option<SettlementId>, StoreError> {
+        self.with(|open| match open.settled_items.get(id.0.to_be_bytes())? {
+            Some(bytes) => {
+                let [settlement] = numbers::<1>("settled item", &bytes)?;
+                Ok(Some(SettlementId(settlement)))
+            }
+            None => Ok(None),
+        })
+    }
+
+    /// Every filed settlement that `keep` accepts: of `wallet` only (through
+    /// `wallet_settlements`), or of every wallet of every shard (in id order).
+    pub fn settlements_where(
+        &self,
+        wallet: Option<WalletId>,
+        keep: &dyn Fn(&Settlement) -> bool,
+    ) -> Result<Vec<Settlement>, StoreError> {
+        self.with(|open| {
+            let mut kept = Vec::new();
+            let mut visit = |key: &[u8], bytes: &[u8]| -> Result<(), StoreError> {
+                let settlement: Settlement = decode("settlement", key, bytes)?;
+                if keep(&settlement) {
+                    kept.push(settlement);
+                }
+                Ok(())
+            };
+            match wallet {
+                Some(wallet) => {
+                    let w = wallet.0;
+                    for guard in open
+                        .wallet_settlements
+                        .range(key2(w, 0)..=key2(w, u64::MAX))
+                    {
+                        let key = guard.key()?;
+                        let [_, id] = numbers::<2>("wallet settlement", &key)?;
+                        let at = id.to_be_bytes();
+                        let bytes = open.settlements.get(at)?.ok_or(StoreError::Missing {
+                            what: "settlement",
+                            key: id.to_string(),
+                        })?;
+                        visit(&at, &bytes)?;
+                    }
+                }
+                None => {
+                    for guard in open.settlements.iter() {
+                        let (key, bytes) = guard.into_inner()?;
+                        visit(&key, &bytes)?;
+                    }
+                }
+            }
+            Ok(kept)
+        })
+    }
+
     /// Forgets every filed payment and payout and the `commerce_complete` mark, as a store
     /// written before they were filed (tests).
     #[cfg(test)]
     pub(crate) fn forget_commerce(&self) -> Result<(), StoreError> {
         self.with(|open| {
-            let mut writes = open.db.batch();
-            for keyspace in [
-                &open.payments,
-                &open.merchant_payments,
-                &open.payment_times,
-                &open.payouts,
-                &open.wallet_payouts,
-            ] {
-                for item in keyspace.iter() {
-                    writes.remove(keyspace, item.key()?.to_vec());
-                }
-            }
-            writes.remove(&open.meta, COMMERCE_COMPLETE);
-            writes.commit()?;
-            Ok(())
+            forget(
+                open,
+                &[
+                    &open.payments,
+                    &open.merchant_payments,
+                    &open.payment_times,
+                    &open.payouts,
+                    &open.wallet_payouts,
+                ],
+                COMMERCE_COMPLETE,
+            )
         })
     }
 
-    /// Whether every payment and payout of the log is filed: a store written before they were
-    /// lacks them until recovery files the shards' ([`HistoryStore::file_commerce`]).
-    pub fn commerce_complete(&self) -> Result<bool, StoreError> {
-        self.with(|open| Ok(open.meta.get(COMMERCE_COMPLETE)?.is_some()))
+    /// Forgets every filed settlement, their claims and the `settlements_complete` mark, as a
+    /// store written before they were filed (tests).
+    #[cfg(test)]
+    pub(crate) fn forget_settlements(&self) -> Result<(), StoreError> {
+        self.with(|open| {
+            forget(
+                open,
+                &[
+                    &open.settlements,
+                    &open.wallet_settlements,
+                    &open.settled_items,
+                ],
+                SETTLEMENTS_COMPLETE,
+            )
+        })
     }
 
-    /// Files `payments` and `payouts` as they are (the shards' latest versions) and marks the
-    /// store complete, in one write batch. Not durable by itself.
+    /// Whether every payment, payout and settlement of the log is filed: a store written before
+    /// they were lacks them until recovery files the shards' ([`HistoryStore::file_commerce`]).
+    pub fn commerce_complete(&self) -> Result<bool, StoreError> {
+        self.with(|open| {
+            Ok(open.meta.get(COMMERCE_COMPLETE)?.is_some()
+                && open.meta.get(SETTLEMENTS_COMPLETE)?.is_some())
+        })
+    }
+
+    /// Files `payments`, `payouts` and `settlements` as they are (the shards' latest versions)
+    /// and marks the store complete, in one write batch. Not durable by itself. A store that
+    /// already held the payments and payouts gets the same records again, unchanged: memory
+    /// holds the latest version of each one it has.
     pub fn file_commerce<'a>(
         &self,
         payments: impl Iterator<Item = &'a Payment>,
         payouts: impl Iterator<Item = &'a Payout>,
+        settlements: impl Iterator<Item = &'a Settlement>,
     ) -> Result<(), StoreError> {
         self.with(|open| {
             let mut writes = open.db.batch();
@@ -872,7 +967,13 @@ impl HistoryStore {
                     writes.insert(keyspace, key, value);
                 }
             }
+            for settlement in settlements {
+                for (keyspace, key, value) in settlement_writes(open, settlement, true)? {
+                    writes.insert(keyspace, key, value);
+                }
+            }
             writes.insert(&open.meta, COMMERCE_COMPLETE, Vec::new());
+            writes.insert(&open.meta, SETTLEMENTS_COMPLETE, Vec::new());
             writes.commit()?;
             Ok(())
         })
@@ -886,6 +987,21 @@ impl HistoryStore {
     ) -> Result<u64, StoreError> {
         self.with(|open| oldest_first(open, Paged::Hold, wallet_id, "hold", visit))
     }
+}
+
+/// Empties `keyspaces` and removes `mark` from `meta`, in one batch (tests: a store of an older
+/// release).
+#[cfg(test)]
+fn forget(open: &Open, keyspaces: &[&fjall::Keyspace], mark: &[u8]) -> Result<(), StoreError> {
+    let mut writes = open.db.batch();
+    for keyspace in keyspaces {
+        for item in keyspace.iter() {
+            writes.remove(keyspace, item.key()?.to_vec());
+        }
+    }
+    writes.remove(&open.meta, mark);
+    writes.commit()?;
+    Ok(())
 }
 
 /// Seals every memtable of `keyspaces` that holds anything and waits until fjall's worker has
@@ -1018,6 +1134,29 @@ pub(crate) fn payout_writes<'a>(
     if new {
         let key = key2(payout.wallet_id.0, payout.id.0);
         writes.push((&open.wallet_payouts, key.to_vec(), Vec::new()));
+    }
+    Ok(writes)
+}
+
+/// What filing `settlement` writes: the record, (`new`) its wallet index and, once it is
+/// executed, its claim on each item (a rejected or cancelled one claims nothing; a pending or
+/// approved one's claims are hot, in its shard's memory).
+pub(crate) fn settlement_writes<'a>(
+    open: &'a Open,
+    settlement: &Settlement,
+    new: bool,
+) -> Result<Vec<Write<'a>>, StoreError> {
+    let id = settlement.id.0.to_be_bytes();
+    let mut writes = vec![(&open.settlements, id.to_vec(), encode(settlement)?)];
+    if new {
+        let key = key2(settlement.wallet_id.0, settlement.id.0);
+        writes.push((&open.wallet_settlements, key.to_vec(), Vec::new()));
+    }
+    if settlement.status == SettlementStatus::Executed {
+        for item in &settlement.items {
+            let key = item.transaction_id.0.to_be_bytes().to_vec();
+            writes.push((&open.settled_items, key, id.to_vec()));
+        }
     }
     Ok(writes)
 }
@@ -1176,6 +1315,14 @@ impl crate::shard::cold::ColdHistory for HistoryStore {
 
     fn open_charge(&self, payment_uuid: Uuid) -> ColdResult<Option<Uuid>> {
         HistoryStore::open_charge(self, payment_uuid).map_err(|e| e.to_string())
+    }
+
+    fn settlement(&self, id: SettlementId) -> ColdResult<Option<Settlement>> {
+        HistoryStore::settlement(self, id).map_err(|e| e.to_string())
+    }
+
+    fn settled_by(&self, transaction: TransactionId) -> ColdResult<Option<SettlementId>> {
+        HistoryStore::settled_by(self, transaction).map_err(|e| e.to_string())
     }
 }
 

@@ -8,7 +8,7 @@ use crate::commerce::payment::{
     IncomingPaymentCredit, Payment, PaymentLink, PaymentMoveKind, PaymentReservation,
     PaymentStatus, QrCode, RefusedPaymentCredit,
 };
-use crate::commerce::payout::{Payout, PayoutChange, Settlement, SettlementChange, Stamp};
+use crate::commerce::payout::{Payout, PayoutChange, Settlement, SettlementChange};
 use crate::ledger::hold::HoldStatus;
 use crate::ledger::transfer::TransferState;
 use crate::shard::cold::Recall;
@@ -453,6 +453,9 @@ impl Shard {
                 Some(transaction) => transaction.uuid == item.transaction_uuid,
                 None => self.transaction_known(wallet, item.transaction_id),
             };
+            // Claims of settlements in memory only: an executed settlement that left memory
+            // keeps its claim in the store, which the decision read (`Shard::settled_by`);
+            // replay applies what was decided.
             if !fits
                 || self
                     .index
@@ -475,6 +478,7 @@ impl Shard {
         self.commerce
             .settlements
             .insert(settlement.id, settlement.clone());
+        self.touch_settlement(settlement.id);
         self.commerce.next_settlement_seq = next;
         Ok(())
     }
@@ -508,30 +512,13 @@ impl Shard {
                 self.index.commerce.settled.remove(&item.transaction_id);
             }
         }
-        let settlement = self
-            .commerce
+        self.touch_settlement(settlement_id);
+        self.commerce
             .settlements
             .get_mut(&settlement_id)
-            .ok_or(ApplyError::new("unknown settlement", id))?;
-        settlement.status = next;
-        settlement.updated_at_ms = at_ms;
-        match change {
-            SettlementChange::Approved { by, notes } => {
-                settlement.approved = Some(Stamp { by: *by, at_ms });
-                settlement.approval_notes.clone_from(notes);
-            }
-            SettlementChange::Rejected { by, reason } => {
-                settlement.rejected = Some(Stamp { by: *by, at_ms });
-                settlement.rejection_reason = Some(reason.clone());
-            }
-            SettlementChange::Cancelled { by } => {
-                settlement.cancelled = Some(Stamp { by: *by, at_ms });
-            }
-            SettlementChange::Executed { by, transaction_id } => {
-                settlement.executed = Some(Stamp { by: *by, at_ms });
-                settlement.transaction_id = Some(*transaction_id);
-            }
-        }
+            .ok_or(ApplyError::new("unknown settlement", id))?
+            .apply_change(change, at_ms)
+            .map_err(|reason| ApplyError::new(reason, id))?;
         Ok(())
     }
 }

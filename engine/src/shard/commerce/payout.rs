@@ -36,13 +36,12 @@ impl Shard {
         self.payout(payout_id)?.ok_or(Rejection::NotFound("payout"))
     }
 
+    /// The settlement with this id, from memory or the store.
     pub(crate) fn find_settlement(
         &self,
         settlement_id: SettlementId,
-    ) -> Result<&Settlement, Rejection> {
-        self.commerce
-            .settlements
-            .get(&settlement_id)
+    ) -> Result<std::borrow::Cow<'_, Settlement>, Rejection> {
+        self.settlement(settlement_id)?
             .ok_or(Rejection::NotFound("settlement"))
     }
 
@@ -303,13 +302,21 @@ impl Shard {
             .ok_or(Rejection::PeriodInvalid("period_end out of range"))?;
         let currency = wallet.currency();
         let mut items: Vec<SettlementItem> = Vec::new();
+        let mut unreadable = None;
         self.for_each_transaction(wallet, |transaction| {
             if transaction.transaction_type == TransactionType::Payment
                 && transaction.direction == Direction::Credit
                 && transaction.status == TransactionStatus::Completed
                 && (request.period_start_ms..end_exclusive).contains(&transaction.created_at_ms)
-                && !self.index.commerce.settled.contains_key(&transaction.id)
             {
+                match self.settled_by(transaction.id) {
+                    Ok(None) => {}
+                    Ok(Some(_)) => return true,
+                    Err(rejection) => {
+                        unreadable = Some(rejection);
+                        return false;
+                    }
+                }
                 items.push(SettlementItem {
                     transaction_id: transaction.id,
                     transaction_uuid: transaction.uuid,
@@ -320,6 +327,9 @@ impl Shard {
             }
             items.len() < SETTLEMENT_ITEMS_MAX
         })?;
+        if let Some(rejection) = unreadable {
+            return Err(rejection);
+        }
         let sum = |pick: fn(&SettlementItem) -> Decimal| {
             items
                 .iter()
@@ -387,7 +397,7 @@ impl Shard {
     ) -> Result<(), Rejection> {
         let notes = bounded_text(notes)?;
         let settlement = self.find_settlement(settlement_id)?;
-        Self::check_settlement_move(settlement, SettlementStatus::Approved)?;
+        Self::check_settlement_move(&settlement, SettlementStatus::Approved)?;
         if settlement.created.by == by {
             return Err(Rejection::FourEyes);
         }
@@ -413,7 +423,7 @@ impl Shard {
             Some(reason) => SettlementChange::Rejected { by, reason },
             None => SettlementChange::Cancelled { by },
         };
-        Self::check_settlement_move(settlement, change.status())?;
+        Self::check_settlement_move(&settlement, change.status())?;
         draft.push(Event::SettlementChanged {
             settlement_id,
             change,
@@ -431,7 +441,7 @@ impl Shard {
         let settlement = self.find_settlement(settlement_id)?;
         let wallet = self.client_wallet(settlement.wallet_id)?;
         check_not_frozen(wallet)?;
-        Self::check_settlement_move(settlement, SettlementStatus::Executed)?;
+        Self::check_settlement_move(&settlement, SettlementStatus::Executed)?;
         let amount = settlement.total_amount;
         check_spendable(wallet, amount)?;
         let clearing = draft.system_account(settlement.currency, WalletType::SettlementClearing)?;

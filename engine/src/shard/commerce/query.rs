@@ -19,7 +19,7 @@ use crate::shard::cold::{ColdHistory, ColdResult};
 use crate::shard::command::{paginate, Page, Paged};
 use crate::shard::state::Shard;
 use crate::values::error::Rejection;
-use crate::values::ids::{PayoutId, SettlementId, Uuid, WalletId};
+use crate::values::ids::{PayoutId, SettlementId, TransactionId, Uuid, WalletId};
 
 /// Filters of the payment list; `None` matches everything.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -53,6 +53,16 @@ pub struct SettlementFilter {
     pub wallet_id: Option<WalletId>,
     pub status: Option<SettlementStatus>,
     pub business_id: Option<u64>,
+}
+
+impl SettlementFilter {
+    /// Whether `settlement` passes every filter that is set.
+    #[must_use]
+    pub fn accepts(&self, settlement: &Settlement) -> bool {
+        matches(self.wallet_id, settlement.wallet_id)
+            && matches(self.status, settlement.status)
+            && matches(self.business_id, settlement.business_id)
+    }
 }
 
 fn matches<T: PartialEq>(filter: Option<T>, value: T) -> bool {
@@ -258,9 +268,15 @@ impl Shard {
         })
     }
 
-    #[must_use]
-    pub fn settlement(&self, settlement_id: SettlementId) -> Option<&Settlement> {
-        self.commerce.settlements.get(&settlement_id)
+    /// The settlement with this id, from memory or the store.
+    pub fn settlement(
+        &self,
+        settlement_id: SettlementId,
+    ) -> Result<Option<Cow<'_, Settlement>>, Rejection> {
+        let found = self.hot_or_filed(self.commerce.settlements.get(&settlement_id), |store| {
+            store.settlement(settlement_id)
+        })?;
+        Ok(found.filter(|settlement| self.owns(settlement.wallet_id)))
     }
 
     pub fn settlement_view(
@@ -268,12 +284,26 @@ impl Shard {
         settlement_id: SettlementId,
     ) -> Result<SettlementView, Rejection> {
         let settlement = self
-            .settlement(settlement_id)
+            .settlement(settlement_id)?
             .ok_or(Rejection::NotFound("settlement"))?;
-        Ok(SettlementView::of(self, settlement))
+        Ok(SettlementView::of(self, &settlement))
     }
 
-    /// Settlements, newest first.
+    /// The settlement that claims merchant credit `transaction_id`: a live one in memory, or an
+    /// executed one that left memory (the store keeps its claims).
+    pub fn settled_by(
+        &self,
+        transaction_id: TransactionId,
+    ) -> Result<Option<SettlementId>, Rejection> {
+        let found = self
+            .hot_or_filed(self.index.commerce.settled.get(&transaction_id), |store| {
+                store.settled_by(transaction_id)
+            })?;
+        Ok(found.map(Cow::into_owned))
+    }
+
+    /// The settlements in memory, newest first: every one in a shard without a store (the
+    /// tests' reference); the API lists them from the store (`Engine::settlements_page`).
     #[must_use]
     pub fn settlements_page(&self, filter: &SettlementFilter, page: Page) -> Paged<SettlementView> {
         let matching = self
@@ -281,11 +311,7 @@ impl Shard {
             .settlements
             .values()
             .rev()
-            .filter(|settlement| {
-                matches(filter.wallet_id, settlement.wallet_id)
-                    && matches(filter.status, settlement.status)
-                    && matches(filter.business_id, settlement.business_id)
-            });
+            .filter(|settlement| filter.accepts(settlement));
         let paged = paginate(matching, page);
         Paged {
             records: paged
