@@ -11,7 +11,7 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 
-use engine::commerce::payment::Payment;
+use engine::commerce::payment::{Payment, PaymentLink, QrCode};
 use engine::commerce::payout::{Payout, Settlement};
 use engine::ledger::hold::Hold;
 use engine::ledger::transaction::{Hash, LedgerEntry, Transaction};
@@ -120,6 +120,12 @@ impl ColdHistory for FiledElsewhere {
     }
     fn settled_by(&self, _: TransactionId) -> ColdResult<Option<SettlementId>> {
         Err("a transfer read a settlement claim".into())
+    }
+    fn payment_link(&self, _: Uuid) -> ColdResult<Option<PaymentLink>> {
+        Err("a transfer read a payment link".into())
+    }
+    fn qr(&self, _: Uuid) -> ColdResult<Option<QrCode>> {
+        Err("a transfer read a QR payload".into())
     }
 }
 

@@ -757,3 +757,53 @@ fn a_settlement_request_answers_200_with_a_custom_period_settlement() {
     assert_eq!(again.status, 200, "{}", again.text());
     assert_eq!(again.json()["data"]["id"], settlement["id"]);
 }
+
+/// Payment links leave the shard's memory once filed and are read back from the history store
+/// (docs/history.md, "Payment links and QR payloads"): after a SIGKILL right after a link was
+/// paid (the indexer may not have filed its use yet) the restarted server shows the link as
+/// `used` and refuses a second payment on it. Its own server: the test kills it.
+#[test]
+fn a_used_payment_link_stays_used_across_a_sigkill() {
+    let server = Server::start();
+    let operator = server.create_employee(PLATFORM_BUSINESS_ID, &["operator"]);
+    let mut f = Fixture { server, operator };
+    let m = merchant(&f.server);
+    f.server
+        .create_merchant_wallet(&m.operator.token, m.id, "YER");
+    let response = link(&f, &m, r#"{"amount": 25.00, "currency_code": "YER"}"#);
+    assert_eq!(response.status, 201, "{}", response.text());
+    let uuid = response.json()["data"]["uuid"]
+        .as_str()
+        .expect("uuid")
+        .to_owned();
+    let payer = funded(&f, "100");
+    let naming = format!(r#", "payment_link_uuid": "{uuid}""#);
+    f.server.complete_payment(&payer, m.id, "25.00", &naming);
+
+    f.server.kill_hard();
+    f.server.restart();
+
+    let shown = f
+        .server
+        .get_ok(&format!("/v1/payment-links/{uuid}"), &payer.token);
+    assert_eq!(shown["data"]["status"], json!("used"), "{shown}");
+    let second = f.server.post(
+        "/v1/payments/initiate",
+        Some(&payer.token),
+        &format!(
+            r#"{{"merchant_id": {}, "wallet_id": {}, "amount": 25.00, "currency_code": "YER"{naming}}}"#,
+            m.id, payer.wallet_id
+        ),
+    );
+    assert_eq!(
+        second.status,
+        409,
+        "second use of a link: {}",
+        second.text()
+    );
+    assert_eq!(
+        f.server.balances(&payer.token, payer.wallet_id).balance,
+        dec("75.00"),
+        "paid once"
+    );
+}

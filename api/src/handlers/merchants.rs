@@ -222,7 +222,8 @@ pub async fn get_payment_link(app: &SharedApp, call: &Call) -> Handled {
     let uuid = call.uuid_param("linkUuid", "payment link")?;
     let shard = app
         .engine
-        .find(uuid, |s, u| s.payment_link(u).is_some())
+        // A store that cannot answer says yes: the read below then answers unavailable.
+        .find(uuid, |s, u| !matches!(s.payment_link(u), Ok(None)))
         .await
         .map_err(engine_error)?;
     let now_ms = app.now_ms();
@@ -231,7 +232,10 @@ pub async fn get_payment_link(app: &SharedApp, call: &Call) -> Handled {
         .read_shard(shard, move |s| s.payment_link_view(uuid, now_ms))
         .await
         .map_err(engine_error)?
-        .map_err(|_| ApiError::not_found("payment link"))?;
+        .map_err(|rejection| match rejection {
+            engine::Rejection::NotFound(_) => ApiError::not_found("payment link"),
+            other => ApiError::from_rejection(&other),
+        })?;
     ok(
         StatusCode::OK,
         &envelope(crate::views::payment_link(&view), None),

@@ -179,12 +179,15 @@ async fn link_wallet(app: &SharedApp, merchant_id: u64, uuid: Uuid) -> Result<Wa
     let shard = owner_shard(merchant_id, app.engine.shard_count());
     app.engine
         .peek_shard(shard, move |s| {
-            s.payment_link(uuid)
-                .filter(|link| link.merchant_id == merchant_id)
-                .map(|link| link.merchant_wallet_id)
+            s.payment_link(uuid).map(|found| {
+                found
+                    .filter(|link| link.merchant_id == merchant_id)
+                    .map(|link| link.merchant_wallet_id)
+            })
         })
         .await
         .map_err(engine_error)?
+        .map_err(|rejection| ApiError::from_rejection(&rejection))?
         .ok_or_else(|| ApiError::not_found("payment link"))
 }
 

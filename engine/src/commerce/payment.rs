@@ -278,6 +278,17 @@ impl PaymentLinkStatus {
 }
 
 impl PaymentLink {
+    /// Marks the link used by completed payment `payment_uuid` (`PaymentLinkUsed`); a link is
+    /// used once.
+    pub(crate) fn mark_used(&mut self, payment_uuid: Uuid, at_ms: i64) -> Result<(), &'static str> {
+        if self.used_by_payment_uuid.is_some() {
+            return Err("payment link already used");
+        }
+        self.used_by_payment_uuid = Some(payment_uuid);
+        self.used_at_ms = Some(at_ms);
+        Ok(())
+    }
+
     /// `used` once used, else `expired` from `expires_at_ms` on (inclusive), else `active`.
     #[must_use]
     pub fn status_at(&self, now_ms: i64) -> PaymentLinkStatus {

@@ -255,9 +255,9 @@ pub(crate) fn open(
         }
         Err(error) => return Err(history_error(&store_path, &error)),
     };
-    // A store written before payments, payouts and settlements were filed lacks those it
-    // covers: replay then keeps every one in memory, and they are filed from there once replay
-    // is done (below).
+    // A store written before payments, payouts, settlements, links and QR payloads were filed
+    // lacks those it covers: replay then keeps every one in memory, and they are filed from
+    // there once replay is done (below).
     let commerce_filed = store
         .commerce_complete()
         .and_then(|complete| Ok(complete || store.indexed_lsn()? == 0))
@@ -372,31 +372,19 @@ pub(crate) fn open(
             ),
         });
     }
-    // Every payment, payout and settlement the shards hold is their latest version; filed as it
-    // is, it completes a store written before they were (once: the store is then marked
-    // complete). From here on final ones leave memory once filed.
+    // Every commerce record the shards hold is their latest version; filed as it is, it
+    // completes a store written before they were (once: the store is then marked complete).
+    // From here on final ones leave memory once filed.
     if !store
         .commerce_complete()
         .map_err(|e| history_error(&store_path, &e))?
     {
         store
-            .file_commerce(
-                state
-                    .shards
-                    .iter()
-                    .flat_map(|shard| shard.commerce.payments.values()),
-                state
-                    .shards
-                    .iter()
-                    .flat_map(|shard| shard.commerce.payouts.values()),
-                state
-                    .shards
-                    .iter()
-                    .flat_map(|shard| shard.commerce.settlements.values()),
-            )
+            .file_commerce(state.shards.iter().map(|shard| &shard.commerce))
             .map_err(|e| history_error(&store_path, &e))?;
         tracing::info!(
-            "filed the payments, payouts and settlements of a store written before they were"
+            "filed the commerce records (payments, payouts, settlements, payment links, QR \
+             payloads) of a store written before they were"
         );
     }
     for shard in &mut state.shards {

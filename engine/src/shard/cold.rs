@@ -2,7 +2,8 @@
 //!
 //! Memory holds hot state only (ARCHITECTURE.md, invariant 10): balances, chain heads, counters,
 //! active holds, pending payments, open payouts and settlements, and the records the history
-//! indexer has not filed yet. Everything older is in the history store, which the runtime lends the shard as a
+//! indexer has not filed yet (payment links and QR payloads included: they are read back when
+//! used). Everything older is in the history store, which the runtime lends the shard as a
 //! [`ColdHistory`]. Three modes ([`Recall`]):
 //!
 //! * **`Keep`**: a shard with no store (tests, benches, tools): nothing ever leaves memory, and
@@ -20,7 +21,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use crate::commerce::payment::Payment;
+use crate::commerce::payment::{Payment, PaymentLink, QrCode};
 use crate::commerce::payout::{Payout, Settlement};
 use crate::ledger::hold::Hold;
 use crate::ledger::transaction::{Hash, LedgerEntry, Transaction};
@@ -96,6 +97,10 @@ pub trait ColdHistory: Send + Sync {
     /// with no default: a store that answered "none" for a claim it holds would let a payment
     /// be settled twice.
     fn settled_by(&self, transaction: TransactionId) -> ColdResult<Option<SettlementId>>;
+    /// The filed payment link with this uuid.
+    fn payment_link(&self, uuid: Uuid) -> ColdResult<Option<PaymentLink>>;
+    /// The filed QR payload with this uuid.
+    fn qr(&self, uuid: Uuid) -> ColdResult<Option<QrCode>>;
 }
 
 /// How the shard treats records that are not in its memory (see the module docs).

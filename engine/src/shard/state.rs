@@ -120,6 +120,13 @@ pub(crate) struct Indexes {
     pub(crate) commerce: CommerceIndex,
 }
 
+/// A payment link or QR payload, as eviction tracks them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum LinkKey {
+    Link(Uuid),
+    Qr(Uuid),
+}
+
 /// One shard's state. See the module docs for its invariants and layout.
 #[derive(Clone, Debug)]
 pub struct Shard {
@@ -160,6 +167,11 @@ pub struct Shard {
     pub(crate) settlement_stamps: HashMap<SettlementId, u64>,
     /// Settlements that changed, by the stamp of the change, oldest first (see `touched`).
     pub(crate) touched_settlements: VecDeque<(u64, SettlementId)>,
+    /// Payment links in memory by the stamp of their last change (absent: loaded, stamp 0).
+    pub(crate) link_stamps: HashMap<Uuid, u64>,
+    /// Payment links and QR payloads that changed (were created, or a link used), by the stamp
+    /// of the change, oldest first (see `touched`): both leave memory once it is filed.
+    pub(crate) touched_links: VecDeque<(u64, LinkKey)>,
     /// Whether final payments, payouts and settlements leave memory once filed: false only
     /// while recovery replays for a store written before they were filed (they are filed from
     /// memory afterwards, see `recovery`).
@@ -197,6 +209,8 @@ impl Shard {
             touched_payouts: VecDeque::new(),
             settlement_stamps: HashMap::new(),
             touched_settlements: VecDeque::new(),
+            link_stamps: HashMap::new(),
+            touched_links: VecDeque::new(),
             finals_leave: true,
         }
     }
@@ -549,6 +563,13 @@ impl Shard {
             self.touched_settlements.pop_front();
             gone += self.evict_settlement(id, filed);
         }
+        while let Some(&(stamp, key)) = self.touched_links.front() {
+            if stamp > filed {
+                break;
+            }
+            self.touched_links.pop_front();
+            gone += self.evict_link(key, filed);
+        }
         gone + self.evict_filed_moves(filed)
     }
 
@@ -631,6 +652,41 @@ impl Shard {
         }
     }
 
+    /// Drops payment link or QR payload `key` once its last change is filed: neither is read
+    /// but when asked for (a view, a payment on the link), which reads the store, and a link's
+    /// one change (used) recalls it (`link_for_change`).
+    fn evict_link(&mut self, key: LinkKey, filed: u64) -> usize {
+        if !self.finals_leave {
+            return 0;
+        }
+        match key {
+            LinkKey::Link(uuid) => {
+                if self.link_stamps.get(&uuid).is_some_and(|&at| at > filed) {
+                    return 0;
+                }
+                self.link_stamps.remove(&uuid);
+                usize::from(self.commerce.links.remove(&uuid).is_some())
+            }
+            LinkKey::Qr(uuid) => usize::from(self.commerce.qrs.remove(&uuid).is_some()),
+        }
+    }
+
+    /// Notes that payment link or QR payload `key` changed under the current command.
+    pub(crate) fn touch_link(&mut self, key: LinkKey) {
+        if self.recall.evicts() {
+            if let LinkKey::Link(uuid) = key {
+                self.link_stamps.insert(uuid, self.stamp);
+            }
+            self.touched_links.push_back((self.stamp, key));
+        }
+    }
+
+    /// Payment links and QR payloads held in memory.
+    #[must_use]
+    pub fn links_in_memory(&self) -> usize {
+        self.commerce.links.len() + self.commerce.qrs.len()
+    }
+
     /// Settlements held in memory.
     #[must_use]
     pub fn settlements_in_memory(&self) -> usize {
@@ -686,6 +742,14 @@ impl Shard {
         self.touched_payments.clear();
         self.touched_payouts.clear();
         self.touched_settlements.clear();
+        self.touched_links.clear();
+        let links: Vec<LinkKey> = (self.commerce.links.keys().map(|uuid| LinkKey::Link(*uuid)))
+            .chain(self.commerce.qrs.keys().map(|uuid| LinkKey::Qr(*uuid)))
+            .collect();
+        let links_gone: usize = links
+            .into_iter()
+            .map(|key| self.evict_link(key, u64::MAX))
+            .sum();
         let payments: Vec<Uuid> = self.commerce.payments.keys().copied().collect();
         let payouts: Vec<PayoutId> = self.commerce.payouts.keys().copied().collect();
         let settlements: Vec<SettlementId> = self.commerce.settlements.keys().copied().collect();
@@ -707,7 +771,8 @@ impl Shard {
             .filter(|wallet| wallet.has_history())
             .map(Wallet::id)
             .collect();
-        payments_gone
+        links_gone
+            + payments_gone
             + ids
                 .into_iter()
                 .map(|wallet_id| self.evict_wallet(wallet_id, u64::MAX))

@@ -416,6 +416,15 @@ struct Unreadable;
 use crate::shard::cold::ColdResult;
 
 impl crate::shard::cold::ColdHistory for Unreadable {
+    fn payment_link(
+        &self,
+        _: crate::Uuid,
+    ) -> ColdResult<Option<crate::commerce::payment::PaymentLink>> {
+        Err("unreadable".into())
+    }
+    fn qr(&self, _: crate::Uuid) -> ColdResult<Option<crate::commerce::payment::QrCode>> {
+        Err("unreadable".into())
+    }
     fn settlement(
         &self,
         _: crate::values::ids::SettlementId,

@@ -19,6 +19,7 @@ mod fingerprint;
 mod history_reads;
 mod holds;
 mod journal;
+mod links_store;
 mod memory;
 mod model;
 mod money_ops;

@@ -21,12 +21,13 @@ use crate::shard::command::{Details, MoneyMove, Page};
 use crate::shard::commerce::query::SettlementFilter;
 use crate::{Command, Outcome, Rejection, SettlementId, WalletId};
 
-struct Shop {
-    merchant: WalletId,
-    payer: WalletId,
+/// A funded payer and a merchant wallet (merchant 7), YER.
+pub(super) struct Shop {
+    pub(super) merchant: WalletId,
+    pub(super) payer: WalletId,
 }
 
-async fn shop(engine: &Engine) -> Shop {
+pub(super) async fn shop(engine: &Engine) -> Shop {
     let payer = wallet(engine).await;
     let merchant = owned_wallet(engine, OwnerType::Merchant, 7, 7).await;
     engine

@@ -1,10 +1,10 @@
 //! Filing: what the indexer writes to the store for each durable event, in LSN order.
 //!
-//! It mirrors what `Shard::apply` does to a wallet's history and to payments, payouts and
-//! settlements, through the same record methods (`Transaction::mark_reversed`,
+//! It mirrors what `Shard::apply` does to a wallet's history and to payments, payouts,
+//! settlements, payment links and QR payloads, through the same record methods (`Transaction::mark_reversed`,
 //! `Transaction::set_refunded`, `LedgerEntry::mark_reversed`, `Hold::close`,
 //! `Payment::complete`, `Payment::close`, `Payment::set_refunded`, `Payout::apply_change`,
-//! `Settlement::apply_change`), so the store holds exactly the records the shard would show;
+//! `Settlement::apply_change`, `PaymentLink::mark_used`), so the store holds exactly the records the shard would show;
 //! cross-shard moves go to [`super::moves`]. Every other event leaves history alone.
 //!
 //! One call files a group of records as one atomic write batch. A batch cannot read its own
@@ -26,9 +26,10 @@ use super::pages::{directory_key, starts_block, Paged};
 use super::report_days::{ReportBatch, Scope};
 use super::store::{
     counts_in, decode, encode, key2, key3, payment_writes, payout_writes, settlement_writes,
-    HistoryStore, Open, StoreError, Write, COMMERCE_COMPLETE, INDEXED_LSN, SETTLEMENTS_COMPLETE,
+    HistoryStore, Open, StoreError, Write, COMMERCE_COMPLETE, INDEXED_LSN, LINKS_COMPLETE,
+    SETTLEMENTS_COMPLETE,
 };
-use crate::commerce::payment::Payment;
+use crate::commerce::payment::{Payment, PaymentLink};
 use crate::commerce::payout::{Payout, Settlement};
 use crate::ledger::hold::Hold;
 use crate::ledger::transaction::{Hash, LedgerEntry, Transaction};
@@ -160,6 +161,8 @@ enum Kind {
     Payout,
     /// Keyed by `key2(settlement id, 0)`.
     Settlement,
+    /// Keyed by the link's uuid.
+    Link,
 }
 
 struct Batch<'a> {
@@ -192,6 +195,7 @@ impl Batch<'_> {
             Kind::Payment => &self.open.payments,
             Kind::Payout => &self.open.payouts,
             Kind::Settlement => &self.open.settlements,
+            Kind::Link => &self.open.links,
         }
     }
 
@@ -440,6 +444,30 @@ impl Batch<'_> {
                     self.file_record(Kind::Payout, key2(payout_id.0, 0), writes);
                 }
             }
+            Event::PaymentLinkCreated(link) => {
+                let writes = vec![(&self.open.links, link.uuid.0.to_vec(), encode(link)?)];
+                self.file_record(Kind::Link, link.uuid.0, writes);
+            }
+            Event::PaymentLinkUsed {
+                link_uuid,
+                payment_uuid,
+                at_ms,
+            } => {
+                let changed: Option<PaymentLink> = self.change_filed(
+                    (Kind::Link, link_uuid.0),
+                    &link_uuid.0,
+                    "payment link",
+                    |link: &mut PaymentLink| link.mark_used(*payment_uuid, *at_ms),
+                )?;
+                if let Some(link) = changed {
+                    let writes = vec![(&self.open.links, link_uuid.0.to_vec(), encode(&link)?)];
+                    self.file_record(Kind::Link, link_uuid.0, writes);
+                }
+            }
+            Event::QrCreated(qr) => {
+                let qrs = self.open.qrs.clone();
+                self.writes.insert(&qrs, qr.uuid.0, encode(qr)?);
+            }
             Event::SettlementCreated(settlement) => {
                 let writes = settlement_writes(self.open, settlement, true)?;
                 self.file_record(Kind::Settlement, key2(settlement.id.0, 0), writes);
@@ -510,6 +538,7 @@ impl Batch<'_> {
         let Some(bytes) = found else {
             let mark = match overlay.0 {
                 Kind::Settlement => SETTLEMENTS_COMPLETE,
+                Kind::Link => LINKS_COMPLETE,
                 _ => COMMERCE_COMPLETE,
             };
             if self.open.meta.get(mark)?.is_none() {
@@ -566,9 +595,7 @@ mod tests {
         };
         let mut heads = ChainHeads::default();
         file_batch(&store, &[Filed::events(1, completed())], &mut heads).unwrap();
-        store
-            .file_commerce(std::iter::empty(), std::iter::empty(), std::iter::empty())
-            .unwrap();
+        store.file_commerce(std::iter::empty()).unwrap();
         assert!(store.commerce_complete().unwrap());
         let refused = file_batch(&store, &[Filed::events(2, completed())], &mut heads);
         assert!(

@@ -403,7 +403,8 @@ impl Engine {
 
 /// Compares one shard's hot state with the store: per wallet the record counts, the chain (every
 /// filed entry follows the one before it, and the last is the wallet's chain head and balance),
-/// and every record still in memory (payments and payouts included) against its filed version.
+/// and every record still in memory (payments, payouts, settlements, payment links and QR
+/// payloads included) against its filed version.
 fn compare_shard(shard: &Shard, store: &Arc<HistoryStore>) -> Result<u64, String> {
     let mut compared = 0u64;
     for wallet in shard.wallets() {
@@ -500,6 +501,34 @@ fn compare_shard(shard: &Shard, store: &Arc<HistoryStore>) -> Result<u64, String
             .map_err(|e| format!("payout {}: {e}", payout.id.0))?;
         if stored.as_ref() != Some(payout) {
             return Err(format!("payout {} differs from the store", payout.id.0));
+        }
+        compared += 1;
+    }
+    for settlement in shard.commerce.settlements.values() {
+        let id = settlement.id.0;
+        let stored = store
+            .settlement(settlement.id)
+            .map_err(|e| format!("settlement {id}: {e}"))?;
+        if stored.as_ref() != Some(settlement) {
+            return Err(format!("settlement {id} differs from the store"));
+        }
+        compared += 1;
+    }
+    for link in shard.commerce.links.values() {
+        let stored = store
+            .payment_link(link.uuid)
+            .map_err(|e| format!("payment link {}: {e}", link.uuid))?;
+        if stored.as_ref() != Some(link) {
+            return Err(format!("payment link {} differs from the store", link.uuid));
+        }
+        compared += 1;
+    }
+    for qr in shard.commerce.qrs.values() {
+        let stored = store
+            .qr(qr.uuid)
+            .map_err(|e| format!("qr {}: {e}", qr.uuid))?;
+        if stored.as_ref() != Some(qr) {
+            return Err(format!("qr {} differs from the store", qr.uuid));
         }
         compared += 1;
     }

@@ -33,7 +33,10 @@
 //! wallet_settlements wallet | settlement id     -> ()            a wallet's settlements, oldest first
 //! settled_items transaction id                  -> settlement id an executed settlement's claims
 //! meta          "commerce_complete"             -> ()            every payment and payout is filed
+//! links         uuid                            -> PaymentLink
+//! qrs           uuid                            -> QrCode
 //! meta          "settlements_complete"          -> ()            every settlement is filed
+//! meta          "links_complete"                -> ()            every payment link and QR payload is filed
 //! ```
 //!
 //! An entry is stored with the hash of the entry before it, so a page of the statement shows each
@@ -56,8 +59,9 @@ use serde::Serialize;
 
 use super::epochs::{entry_of_time_key, record_key, wallet_entry_times, wallet_records};
 use super::pages::{newest_first_raw, newest_merged_raw, Paged};
-use crate::commerce::payment::Payment;
+use crate::commerce::payment::{Payment, PaymentLink, QrCode};
 use crate::commerce::payout::{Payout, Settlement, SettlementStatus};
+use crate::commerce::state::Commerce;
 use crate::ledger::hold::Hold;
 use crate::ledger::transaction::{Hash, LedgerEntry, Transaction};
 use crate::shard::cold::ColdResult;
@@ -74,6 +78,11 @@ pub(crate) const COMMERCE_COMPLETE: &[u8] = b"commerce_complete";
 /// Present once every settlement of the log is filed, with the claims of the executed ones
 /// (absent: a store written before they were, completed like `commerce_complete`).
 pub(crate) const SETTLEMENTS_COMPLETE: &[u8] = b"settlements_complete";
+/// Present once every payment link and QR payload of the log is filed (absent: a store written
+/// before they were, completed like `commerce_complete`).
+pub(crate) const LINKS_COMPLETE: &[u8] = b"links_complete";
+/// The marks of a store that files every commerce record ([`HistoryStore::commerce_complete`]).
+const COMMERCE_MARKS: [&[u8]; 3] = [COMMERCE_COMPLETE, SETTLEMENTS_COMPLETE, LINKS_COMPLETE];
 
 /// The store's directory in a data directory.
 pub const STORE_DIR: &str = "history";
@@ -236,11 +245,13 @@ pub(crate) struct Open {
     pub(crate) settlements: fjall::Keyspace,
     pub(crate) wallet_settlements: fjall::Keyspace,
     pub(crate) settled_items: fjall::Keyspace,
+    pub(crate) links: fjall::Keyspace,
+    pub(crate) qrs: fjall::Keyspace,
 }
 
 impl Open {
     /// Every keyspace with the memtable size at which the indexer seals it.
-    fn keyspaces(&self) -> [(&fjall::Keyspace, u64); 23] {
+    fn keyspaces(&self) -> [(&fjall::Keyspace, u64); 25] {
         const LARGE: u64 = 16 << 20;
         const SMALL: u64 = 8 << 20;
         [
@@ -267,6 +278,8 @@ impl Open {
             (&self.settlements, SMALL),
             (&self.wallet_settlements, SMALL),
             (&self.settled_items, SMALL),
+            (&self.links, SMALL),
+            (&self.qrs, SMALL),
         ]
     }
 }
@@ -390,6 +403,8 @@ impl HistoryStore {
             settlements: keyspace("settlements")?,
             wallet_settlements: keyspace("wallet_settlements")?,
             settled_items: keyspace("settled_items")?,
+            links: keyspace("links")?,
+            qrs: keyspace("qrs")?,
             db,
         };
         super::epochs::upgrade_layout(&open)?;
@@ -845,6 +860,16 @@ impl HistoryStore {
         self.with(|open| get(&open.settlements, id.0.to_be_bytes(), "settlement"))
     }
 
+    /// The payment link with this uuid.
+    pub fn payment_link(&self, uuid: Uuid) -> Result<Option<PaymentLink>, StoreError> {
+        self.with(|open| get(&open.links, uuid.0, "payment link"))
+    }
+
+    /// The QR payload with this uuid.
+    pub fn qr(&self, uuid: Uuid) -> Result<Option<QrCode>, StoreError> {
+        self.with(|open| get(&open.qrs, uuid.0, "qr"))
+    }
+
     /// The executed settlement that claimed transaction `id` (a merchant's payment credit).
     pub fn settled_by(&self, id: TransactionId) -> Result<Option<SettlementId>, StoreError> {
         self.with(|open| match open.settled_items.get(id.0.to_be_bytes())? {
@@ -919,6 +944,13 @@ impl HistoryStore {
         })
     }
 
+    /// Forgets every filed payment link and QR payload and the `links_complete` mark, as a store
+    /// written before they were filed (tests).
+    #[cfg(test)]
+    pub(crate) fn forget_links(&self) -> Result<(), StoreError> {
+        self.with(|open| forget(open, &[&open.links, &open.qrs], LINKS_COMPLETE))
+    }
+
     /// Forgets every filed settlement, their claims and the `settlements_complete` mark, as a
     /// store written before they were filed (tests).
     #[cfg(test)]
@@ -936,44 +968,54 @@ impl HistoryStore {
         })
     }
 
-    /// Whether every payment, payout and settlement of the log is filed: a store written before
-    /// they were lacks them until recovery files the shards' ([`HistoryStore::file_commerce`]).
+    /// Whether every payment, payout, settlement, payment link and QR payload of the log is
+    /// filed: a store written before they were lacks them until recovery files the shards'
+    /// ([`HistoryStore::file_commerce`]).
     pub fn commerce_complete(&self) -> Result<bool, StoreError> {
         self.with(|open| {
-            Ok(open.meta.get(COMMERCE_COMPLETE)?.is_some()
-                && open.meta.get(SETTLEMENTS_COMPLETE)?.is_some())
+            for mark in COMMERCE_MARKS {
+                if open.meta.get(mark)?.is_none() {
+                    return Ok(false);
+                }
+            }
+            Ok(true)
         })
     }
 
-    /// Files `payments`, `payouts` and `settlements` as they are (the shards' latest versions)
-    /// and marks the store complete, in one write batch. Not durable by itself. A store that
-    /// already held the payments and payouts gets the same records again, unchanged: memory
-    /// holds the latest version of each one it has.
-    pub fn file_commerce<'a>(
+    /// Files the shards' commerce records as they are (their latest versions) and marks the
+    /// store complete, in one write batch. Not durable by itself. A store that already held
+    /// some kinds gets the same records again, unchanged: memory holds the latest version of
+    /// each one it has.
+    pub(crate) fn file_commerce<'a>(
         &self,
-        payments: impl Iterator<Item = &'a Payment>,
-        payouts: impl Iterator<Item = &'a Payout>,
-        settlements: impl Iterator<Item = &'a Settlement>,
+        shards: impl Iterator<Item = &'a Commerce>,
     ) -> Result<(), StoreError> {
         self.with(|open| {
             let mut writes = open.db.batch();
-            for payment in payments {
-                for (keyspace, key, value) in payment_writes(open, payment, true)? {
+            for commerce in shards {
+                let mut all = Vec::new();
+                for payment in commerce.payments.values() {
+                    all.extend(payment_writes(open, payment, true)?);
+                }
+                for payout in commerce.payouts.values() {
+                    all.extend(payout_writes(open, payout, true)?);
+                }
+                for settlement in commerce.settlements.values() {
+                    all.extend(settlement_writes(open, settlement, true)?);
+                }
+                for link in commerce.links.values() {
+                    all.push((&open.links, link.uuid.0.to_vec(), encode(link)?));
+                }
+                for qr in commerce.qrs.values() {
+                    all.push((&open.qrs, qr.uuid.0.to_vec(), encode(qr)?));
+                }
+                for (keyspace, key, value) in all {
                     writes.insert(keyspace, key, value);
                 }
             }
-            for payout in payouts {
-                for (keyspace, key, value) in payout_writes(open, payout, true)? {
-                    writes.insert(keyspace, key, value);
-                }
+            for mark in COMMERCE_MARKS {
+                writes.insert(&open.meta, mark, Vec::new());
             }
-            for settlement in settlements {
-                for (keyspace, key, value) in settlement_writes(open, settlement, true)? {
-                    writes.insert(keyspace, key, value);
-                }
-            }
-            writes.insert(&open.meta, COMMERCE_COMPLETE, Vec::new());
-            writes.insert(&open.meta, SETTLEMENTS_COMPLETE, Vec::new());
             writes.commit()?;
             Ok(())
         })
@@ -1323,6 +1365,14 @@ impl crate::shard::cold::ColdHistory for HistoryStore {
 
     fn settled_by(&self, transaction: TransactionId) -> ColdResult<Option<SettlementId>> {
         HistoryStore::settled_by(self, transaction).map_err(|e| e.to_string())
+    }
+
+    fn payment_link(&self, uuid: Uuid) -> ColdResult<Option<PaymentLink>> {
+        HistoryStore::payment_link(self, uuid).map_err(|e| e.to_string())
+    }
+
+    fn qr(&self, uuid: Uuid) -> ColdResult<Option<QrCode>> {
+        HistoryStore::qr(self, uuid).map_err(|e| e.to_string())
     }
 }
 

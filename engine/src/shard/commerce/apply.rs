@@ -14,7 +14,7 @@ use crate::ledger::transfer::TransferState;
 use crate::shard::cold::Recall;
 use crate::shard::event::Event;
 use crate::shard::moves::MoveKey;
-use crate::shard::state::Shard;
+use crate::shard::state::{LinkKey, Shard};
 use crate::values::error::ApplyError;
 use crate::values::ids::{HoldId, PayoutId, SettlementId, TransactionId, Uuid, WalletId};
 
@@ -66,19 +66,17 @@ impl Shard {
                     .map_or(matches!(self.recall, Recall::Replay), |payment| {
                         payment.status.is_completed()
                     });
-                let link = self
-                    .commerce
-                    .links
-                    .get_mut(link_uuid)
-                    .ok_or(ApplyError::new("unknown payment link", 0))?;
-                if link.used_by_payment_uuid.is_some() || !completed {
-                    return Err(ApplyError::new(
-                        "link already used, or its payment not completed",
-                        link.id.0,
-                    ));
+                let Some(link) = self.link_for_change(*link_uuid)? else {
+                    // Replay keeps no link: its filing marks it.
+                    return Ok(());
+                };
+                let id = link.id.0;
+                if !completed {
+                    return Err(ApplyError::new("link's payment not completed", id));
                 }
-                link.used_by_payment_uuid = Some(*payment_uuid);
-                link.used_at_ms = Some(*at_ms);
+                link.mark_used(*payment_uuid, *at_ms)
+                    .map_err(|reason| ApplyError::new(reason, id))?;
+                self.touch_link(LinkKey::Link(*link_uuid));
                 Ok(())
             }
             Event::QrCreated(qr) => self.apply_qr_created(qr),
@@ -129,6 +127,40 @@ impl Shard {
     /// Payment `uuid`, to change under the current command: in memory, or recalled from the
     /// store into memory (`Recall::Store`); `None` while replaying if it is not in memory (the
     /// store's own filing of the event changes it). As `transaction_for_change`.
+    /// Payment link `uuid` to change, recalled from the store if it left memory (`None` in
+    /// replay, which keeps none: the store's filing changes it).
+    fn link_for_change(&mut self, uuid: Uuid) -> Result<Option<&mut PaymentLink>, ApplyError> {
+        if !self.commerce.links.contains_key(&uuid) {
+            match &self.recall {
+                Recall::Keep => return Err(ApplyError::new("unknown payment link", 0)),
+                Recall::Replay => return Ok(None),
+                Recall::Store(store) => {
+                    let filed = store
+                        .payment_link(uuid)
+                        .map_err(|_| ApplyError::new("the history store could not be read", 0))?
+                        .ok_or(ApplyError::new("unknown payment link", 0))?;
+                    self.commerce.links.insert(uuid, filed);
+                }
+            }
+        }
+        self.commerce
+            .links
+            .get_mut(&uuid)
+            .map(Some)
+            .ok_or(ApplyError::new("unknown payment link", 0))
+    }
+
+    /// Whether payment link `uuid` exists: in memory, or (once it left) in the store; replay,
+    /// which keeps none, takes the logged decision on trust.
+    fn link_known(&self, uuid: Uuid) -> bool {
+        self.commerce.links.contains_key(&uuid)
+            || match &self.recall {
+                Recall::Keep => false,
+                Recall::Replay => true,
+                Recall::Store(store) => store.payment_link(uuid).is_ok_and(|found| found.is_some()),
+            }
+    }
+
     fn payment_for_change(&mut self, uuid: Uuid) -> Result<Option<&mut Payment>, ApplyError> {
         if !self.commerce.payments.contains_key(&uuid) {
             match &self.recall {
@@ -179,7 +211,7 @@ impl Shard {
         }
         if payment
             .payment_link_uuid
-            .is_some_and(|link| !self.commerce.links.contains_key(&link))
+            .is_some_and(|link| !self.link_known(link))
         {
             return Err(ApplyError::new("payment's link unknown", id));
         }
@@ -229,6 +261,7 @@ impl Shard {
             return Err(ApplyError::new("duplicate link or wallet does not fit", id));
         }
         self.commerce.links.insert(link.uuid, link.clone());
+        self.touch_link(LinkKey::Link(link.uuid));
         self.commerce.next_link_seq = next;
         Ok(())
     }
@@ -242,6 +275,7 @@ impl Shard {
             return Err(ApplyError::new("duplicate QR or wallet does not fit", id));
         }
         self.commerce.qrs.insert(qr.uuid, qr.clone());
+        self.touch_link(LinkKey::Qr(qr.uuid));
         self.commerce.next_qr_seq = next;
         Ok(())
     }

@@ -84,10 +84,11 @@ impl Shard {
                 )
             }
             Command::CreatePaymentLink(_) => {
+                // The event is the link as created (it has not left memory yet, nor changed).
                 let link = events
                     .iter()
                     .find_map(|event| match event {
-                        Event::PaymentLinkCreated(link) => self.commerce.links.get(&link.uuid),
+                        Event::PaymentLinkCreated(link) => Some(link),
                         _ => None,
                     })
                     .ok_or(missing("created payment link", 0))?;
@@ -97,7 +98,7 @@ impl Shard {
                 let qr = events
                     .iter()
                     .find_map(|event| match event {
-                        Event::QrCreated(qr) => self.commerce.qrs.get(&qr.uuid),
+                        Event::QrCreated(qr) => Some(qr),
                         _ => None,
                     })
                     .ok_or(missing("created QR", 0))?;

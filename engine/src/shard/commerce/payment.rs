@@ -79,14 +79,13 @@ impl Shard {
         };
         let link = match request.payment_link_uuid {
             Some(uuid) => Some(
-                self.commerce
-                    .links
-                    .get(&uuid)
+                self.payment_link(uuid)?
                     .filter(|link| link.merchant_wallet_id == merchant.id())
                     .ok_or(Rejection::NotFound("payment link"))?,
             ),
             None => None,
         };
+        let link = link.as_deref();
         let currency = request.currency;
         if merchant.currency() != currency
             || payer.is_some_and(|payer| payer.currency() != currency)
@@ -150,9 +149,7 @@ impl Shard {
         }
         if let Some(link_uuid) = payment.payment_link_uuid {
             let link = self
-                .commerce
-                .links
-                .get(&link_uuid)
+                .payment_link(link_uuid)?
                 .ok_or(Rejection::NotFound("payment link"))?;
             if link.used_by_payment_uuid.is_some() {
                 return Err(Rejection::InvalidState("payment link already used"));

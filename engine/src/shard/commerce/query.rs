@@ -180,26 +180,31 @@ impl Shard {
         })
     }
 
-    #[must_use]
-    pub fn payment_link(&self, uuid: Uuid) -> Option<&PaymentLink> {
-        self.commerce.links.get(&uuid)
+    /// The payment link with this uuid, if on this shard: in memory or, once it left, in the
+    /// store (which holds every shard's).
+    pub fn payment_link(&self, uuid: Uuid) -> Result<Option<Cow<'_, PaymentLink>>, Rejection> {
+        let found = self.hot_or_filed(self.commerce.links.get(&uuid), |store| {
+            store.payment_link(uuid)
+        })?;
+        Ok(found.filter(|link| self.owns(link.merchant_wallet_id)))
     }
 
     /// The link with its status as of `now_ms`.
     pub fn payment_link_view(&self, uuid: Uuid, now_ms: i64) -> Result<PaymentLinkView, Rejection> {
-        self.payment_link(uuid)
-            .map(|link| PaymentLinkView::of(link, now_ms))
+        self.payment_link(uuid)?
+            .map(|link| PaymentLinkView::of(&link, now_ms))
             .ok_or(Rejection::NotFound("payment link"))
     }
 
-    #[must_use]
-    pub fn qr(&self, uuid: Uuid) -> Option<&QrCode> {
-        self.commerce.qrs.get(&uuid)
+    /// The QR payload with this uuid, if on this shard (as `payment_link`).
+    pub fn qr(&self, uuid: Uuid) -> Result<Option<Cow<'_, QrCode>>, Rejection> {
+        let found = self.hot_or_filed(self.commerce.qrs.get(&uuid), |store| store.qr(uuid))?;
+        Ok(found.filter(|qr| self.owns(qr.merchant_wallet_id)))
     }
 
     pub fn qr_view(&self, uuid: Uuid) -> Result<QrView, Rejection> {
-        self.qr(uuid)
-            .map(QrView::of)
+        self.qr(uuid)?
+            .map(|qr| QrView::of(&qr))
             .ok_or(Rejection::NotFound("qr"))
     }
 
