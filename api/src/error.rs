@@ -133,6 +133,15 @@ impl ApiError {
         self
     }
 
+    /// A record read's refusal: not found names `what` (as the route calls it); anything else
+    /// (a history store that cannot be read: 503) keeps its own status.
+    pub fn from_read(rejection: &engine::Rejection, what: &str) -> Self {
+        match rejection {
+            engine::Rejection::NotFound(_) => Self::not_found(what),
+            other => Self::from_rejection(other),
+        }
+    }
+
     /// Maps an engine rejection to its status. The only place this decision is made.
     pub fn from_rejection(rejection: &engine::Rejection) -> Self {
         use engine::Rejection as R;

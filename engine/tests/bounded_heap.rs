@@ -78,6 +78,14 @@ impl ColdHistory for FiledElsewhere {
     ) -> ColdResult<()> {
         Err("a transfer listed transactions".into())
     }
+    fn for_each_transaction_within(
+        &self,
+        _: WalletId,
+        _: (i64, i64),
+        _: &mut dyn FnMut(&Transaction),
+    ) -> ColdResult<()> {
+        Err("a transfer listed transactions by date".into())
+    }
     fn for_each_entry_after(
         &self,
         _: WalletId,

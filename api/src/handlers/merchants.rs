@@ -232,10 +232,7 @@ pub async fn get_payment_link(app: &SharedApp, call: &Call) -> Handled {
         .read_shard(shard, move |s| s.payment_link_view(uuid, now_ms))
         .await
         .map_err(engine_error)?
-        .map_err(|rejection| match rejection {
-            engine::Rejection::NotFound(_) => ApiError::not_found("payment link"),
-            other => ApiError::from_rejection(&other),
-        })?;
+        .map_err(|rejection| ApiError::from_read(&rejection, "payment link"))?;
     ok(
         StatusCode::OK,
         &envelope(crate::views::payment_link(&view), None),

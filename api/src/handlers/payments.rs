@@ -316,7 +316,7 @@ pub async fn status(app: &SharedApp, call: &Call) -> Handled {
         .read_shard(shard, move |s| s.payment_view(uuid))
         .await
         .map_err(engine_error)?
-        .map_err(|_| ApiError::not_found("payment"))?;
+        .map_err(|rejection| ApiError::from_read(&rejection, "payment"))?;
     Ok((payment_answer(StatusCode::OK, &view), false))
 }
 

@@ -167,7 +167,7 @@ pub async fn get_payout(app: &SharedApp, call: &Call) -> Handled {
         .read_shard(shard, move |s| s.payout_view(id))
         .await
         .map_err(engine_error)?
-        .map_err(|_| ApiError::not_found("payout"))?;
+        .map_err(|rejection| ApiError::from_read(&rejection, "payout"))?;
     ok(StatusCode::OK, &envelope(payout(&view), None))
 }
 
@@ -386,7 +386,7 @@ pub async fn get_settlement(app: &SharedApp, call: &Call) -> Handled {
         .read_shard(shard, move |s| s.settlement_view(id))
         .await
         .map_err(engine_error)?
-        .map_err(|_| ApiError::not_found("settlement"))?;
+        .map_err(|rejection| ApiError::from_read(&rejection, "settlement"))?;
     ok(StatusCode::OK, &envelope(settlement(&view), None))
 }
 

@@ -401,11 +401,11 @@ pub(crate) fn open(
         .and_then(|()| store.persist())
         .map_err(|e| history_error(&store_path, &e))?;
     // A store written before the report aggregates existed gets them counted now, from the
-    // records at the end of the log: the shards' wallets and settlements (in memory), the
-    // transactions, payments and payouts the store filed (the shards' own version of a payment
-    // or payout standing for its filed one). Until then filing left the aggregates alone and
-    // reports are refused. Payments and payouts are filed above, so a crash anywhere in this
-    // upgrade leaves a store the next open upgrades the same way.
+    // records at the end of the log: the shards' wallets (in memory), the transactions,
+    // payments, payouts and settlements the store filed (the shards' own version of a payment,
+    // payout or settlement standing for its filed one). Until then filing left the aggregates
+    // alone and reports are refused. The commerce records are filed above, so a crash anywhere
+    // in this upgrade leaves a store the next open upgrades the same way.
     build_reports(&store, &state.shards).map_err(|e| history_error(&store_path, &e))?;
     let table = Arc::new(std::mem::take(&mut state.table));
     filer.serve_answers(history::indexer::Answers {
@@ -636,8 +636,8 @@ impl Replayed {
         Self::load_keeping(dir, count, true)
     }
 
-    /// As [`Replayed::load`]; `commerce_filed` false keeps every payment and payout in memory
-    /// (the store does not hold them yet).
+    /// As [`Replayed::load`]; `commerce_filed` false keeps every commerce record (payment,
+    /// payout, settlement, link, QR payload) in memory (the store does not hold them yet).
     pub fn load_keeping(
         dir: &std::path::Path,
         count: u32,

@@ -45,6 +45,14 @@ pub trait ColdHistory: Send + Sync {
         wallet: WalletId,
         visit: &mut dyn FnMut(&Transaction) -> bool,
     ) -> ColdResult<()>;
+    /// Every filed transaction of `wallet` with an entry on it created within `range_ms`
+    /// (inclusive), once each, in no particular order: reads only that range of the date index.
+    fn for_each_transaction_within(
+        &self,
+        wallet: WalletId,
+        range_ms: (i64, i64),
+        visit: &mut dyn FnMut(&Transaction),
+    ) -> ColdResult<()>;
     /// The filed entries of `wallet` after `after` (all of them for `None`) with the hash of the
     /// entry before each, oldest first, until `visit` returns false: reads only that range.
     fn for_each_entry_after(

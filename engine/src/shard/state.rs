@@ -427,6 +427,41 @@ impl Shard {
         Ok(())
     }
 
+    /// Every transaction of `wallet` created within `range_ms` (inclusive) that posts to it, in id
+    /// order, memory's version winning over the filed one, until `visit` returns false. The
+    /// store's part comes through its date index, so this costs the period, not the wallet's
+    /// history (a settlement of a merchant with a million older payments reads only its
+    /// period's).
+    pub(crate) fn for_each_transaction_within(
+        &self,
+        wallet: &Wallet,
+        (from_ms, to_ms): (i64, i64),
+        mut visit: impl FnMut(&Transaction) -> bool,
+    ) -> Result<(), Rejection> {
+        let within =
+            |transaction: &Transaction| (from_ms..=to_ms).contains(&transaction.created_at_ms);
+        let mut found: std::collections::BTreeMap<TransactionId, Cow<'_, Transaction>> =
+            std::collections::BTreeMap::new();
+        if let Some(store) = self.recall.store() {
+            store
+                .for_each_transaction_within(wallet.id(), (from_ms, to_ms), &mut |filed| {
+                    if within(filed) {
+                        found.insert(filed.id, Cow::Owned(filed.clone()));
+                    }
+                })
+                .map_err(|e| unavailable(&e))?;
+        }
+        for recent in wallet.transactions().iter().filter(|t| within(t)) {
+            found.insert(recent.id, Cow::Borrowed(recent));
+        }
+        for transaction in found.values() {
+            if !visit(transaction) {
+                break;
+            }
+        }
+        Ok(())
+    }
+
     /// Checks a wallet's whole chain: filed entries from the store, then the suffix in memory.
     pub(crate) fn check_whole_chain(
         &self,

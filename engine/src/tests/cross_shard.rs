@@ -416,6 +416,14 @@ struct Unreadable;
 use crate::shard::cold::ColdResult;
 
 impl crate::shard::cold::ColdHistory for Unreadable {
+    fn for_each_transaction_within(
+        &self,
+        _: crate::WalletId,
+        _: (i64, i64),
+        _: &mut dyn FnMut(&crate::ledger::transaction::Transaction),
+    ) -> ColdResult<()> {
+        Err("unreadable".into())
+    }
     fn payment_link(
         &self,
         _: crate::Uuid,

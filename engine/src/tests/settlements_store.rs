@@ -55,8 +55,17 @@ async fn paid(engine: &Engine, shop: &Shop) {
 /// the settlement's id and its item count.
 async fn settle(engine: &Engine, merchant: WalletId) -> Result<(SettlementId, usize), Rejection> {
     let day = day_of(START_MS);
+    settle_days(engine, merchant, (day - DAY_MS, day + DAY_MS)).await
+}
+
+/// Settles the merchant's unsettled payment credits of the days `first..=last` (day starts).
+async fn settle_days(
+    engine: &Engine,
+    merchant: WalletId,
+    (first, last): (i64, i64),
+) -> Result<(SettlementId, usize), Rejection> {
     match engine
-        .execute(create_settlement(merchant, day - DAY_MS, day + DAY_MS))
+        .execute(create_settlement(merchant, first, last))
         .await
     {
         Ok(Outcome::Settlement(view)) => Ok((view.id, view.items.len())),
@@ -202,6 +211,19 @@ async fn final_settlements_leave_memory_and_their_claims_are_kept_by_the_store()
     execute(&engine, last).await;
     assert_eq!(in_memory(&engine).await, (0, 0));
     engine.check_invariants().await.unwrap();
+
+    // `replay --verify` checks the claims: all there, then one removed is named.
+    let store = engine.history().store();
+    assert_eq!(store.verify_settled_items().unwrap(), Ok(4));
+    let executed_view = engine
+        .read_shard(0, move |s| s.settlement_view(executed))
+        .await
+        .unwrap()
+        .unwrap();
+    let lost = executed_view.items[0].transaction_id;
+    store.forget_claim(lost).unwrap();
+    let named = store.verify_settled_items().unwrap().unwrap_err();
+    assert!(named.contains(&lost.0.to_string()), "{named}");
     engine.shutdown().unwrap();
 }
 
@@ -244,6 +266,51 @@ async fn settlements_missing_from_an_older_store_are_filed_from_memory_on_open()
         settle(&engine, shop.merchant).await,
         Err(Rejection::NothingToSettle),
         "the executed settlement's claims were filed with it"
+    );
+    engine.shutdown().unwrap();
+}
+
+/// A settlement reads its period's credits through the store's date index, not the merchant
+/// wallet's whole history: with credits on three days, all filed and out of memory, each
+/// period gets exactly its own days' credits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_settlement_gathers_only_its_periods_credits_from_the_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(SeededClock::new(8, START_MS));
+    let engine = open(dir.path(), &clock);
+    let shop = shop(&engine).await;
+    let day = day_of(START_MS);
+    paid(&engine, &shop).await;
+    clock.advance_ms(DAY_MS);
+    paid(&engine, &shop).await;
+    paid(&engine, &shop).await;
+    clock.advance_ms(DAY_MS);
+    paid(&engine, &shop).await;
+    in_memory(&engine).await;
+    let held: usize = engine
+        .read_all(|s| s.wallets().map(|w| w.transactions().len()).sum::<usize>())
+        .await
+        .unwrap()
+        .into_iter()
+        .sum();
+    assert_eq!(held, 0, "every credit is read from the store");
+
+    let middle = (day + DAY_MS, day + DAY_MS);
+    assert_eq!(
+        settle_days(&engine, shop.merchant, middle).await.unwrap().1,
+        2
+    );
+    let (_, items) = settle_days(&engine, shop.merchant, (day, day + 2 * DAY_MS))
+        .await
+        .unwrap();
+    assert_eq!(
+        items, 2,
+        "the first and last days' credits; the middle ones are claimed"
+    );
+    let later = (day + 3 * DAY_MS, day + 9 * DAY_MS);
+    assert_eq!(
+        settle_days(&engine, shop.merchant, later).await,
+        Err(Rejection::NothingToSettle)
     );
     engine.shutdown().unwrap();
 }

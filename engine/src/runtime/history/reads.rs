@@ -274,8 +274,9 @@ impl Engine {
     }
 
     /// `replay --verify`: the store holds exactly the history the shards hold (every transaction,
-    /// entry with the hash before it, and hold of every wallet, and the counts), once the
-    /// indexer has filed everything. `Ok(Err(_))` names the first difference; `Ok(Ok(n))` is the
+    /// entry with the hash before it, and hold of every wallet, and the counts; every commerce
+    /// record in memory; the executed settlements' claims), once the indexer has filed
+    /// everything. `Ok(Err(_))` names the first difference; `Ok(Ok(n))` is the
     /// number of records compared.
     pub async fn verify_history(&self) -> Result<Result<u64, String>, EngineError> {
         self.inner
@@ -292,6 +293,15 @@ impl Engine {
                 Ok(count) => compared += count,
                 Err(difference) => return Ok(Err(difference)),
             }
+        }
+        let claims = self
+            .inner
+            .store
+            .verify_settled_items()
+            .map_err(unavailable)?;
+        match claims {
+            Ok(count) => compared += count,
+            Err(difference) => return Ok(Err(difference)),
         }
         match self.verify_moves().await? {
             Ok(count) => Ok(Ok(compared + count)),

@@ -664,6 +664,46 @@ impl HistoryStore {
         })
     }
 
+    /// Visits, once each and in no particular order, every transaction of `wallet` with an entry
+    /// on it created within `from_ms..=to_ms`: through the date index, so the cost is the
+    /// period's entries, not the wallet's history. A transaction's entries carry its own
+    /// `created_at_ms` (they are posted by the same command), so these are exactly the wallet's
+    /// transactions created in the range that post to it.
+    pub fn for_each_transaction_within(
+        &self,
+        wallet_id: WalletId,
+        (from_ms, to_ms): (i64, i64),
+        visit: &mut dyn FnMut(&Transaction),
+    ) -> Result<(), StoreError> {
+        self.with(|open| {
+            let w = wallet_id.0;
+            let mut seen = std::collections::HashSet::new();
+            for row in wallet_entry_times(open, w, (time_key(from_ms), time_key(to_ms))) {
+                let (key, _) = row?;
+                let entry_id = entry_of_time_key(&key)?;
+                let entry_key = record_key(w, entry_id);
+                let bytes = open.entries.get(entry_key)?.ok_or(StoreError::Missing {
+                    what: "entry",
+                    key: format!("{w}/{entry_id}"),
+                })?;
+                let (_, entry): (Hash, LedgerEntry) = decode("entry", &entry_key, &bytes)?;
+                let id = entry.transaction_id.0;
+                if !seen.insert(id) {
+                    continue;
+                }
+                let transaction: Transaction =
+                    get(&open.transactions, record_key(w, id), "transaction")?.ok_or(
+                        StoreError::Missing {
+                            what: "transaction",
+                            key: format!("{w}/{id}"),
+                        },
+                    )?;
+                visit(&transaction);
+            }
+            Ok(())
+        })
+    }
+
     /// The wallet and id of the transaction with this uuid.
     pub fn locate_transaction(
         &self,
@@ -881,6 +921,54 @@ impl HistoryStore {
         })
     }
 
+    /// `replay --verify`'s check of the settlements' claims, the one record that keeps a payment
+    /// credit from being settled twice once its settlement left memory: every filed executed
+    /// settlement's items are claimed by it in `settled_items`, and every claim there belongs to
+    /// an executed settlement that holds that item. `Ok(Err(_))` names the first difference;
+    /// `Ok(Ok(n))` the claims checked.
+    pub fn verify_settled_items(&self) -> Result<Result<u64, String>, StoreError> {
+        self.with(|open| {
+            let mut claimed = std::collections::HashMap::new();
+            for guard in open.settlements.iter() {
+                let (key, bytes) = guard.into_inner()?;
+                let settlement: Settlement = decode("settlement", &key, &bytes)?;
+                if settlement.status != SettlementStatus::Executed {
+                    continue;
+                }
+                for item in &settlement.items {
+                    if claimed
+                        .insert(item.transaction_id.0, settlement.id.0)
+                        .is_some()
+                    {
+                        return Ok(Err(format!(
+                            "transaction {} is in two executed settlements",
+                            item.transaction_id.0
+                        )));
+                    }
+                }
+            }
+            let mut checked = 0u64;
+            for guard in open.settled_items.iter() {
+                let (key, bytes) = guard.into_inner()?;
+                let [transaction] = numbers::<1>("settled item", &key)?;
+                let [settlement] = numbers::<1>("settled item", &bytes)?;
+                if claimed.remove(&transaction) != Some(settlement) {
+                    return Ok(Err(format!(
+                        "settled_items gives transaction {transaction} to settlement \
+                         {settlement}, which did not execute with it"
+                    )));
+                }
+                checked += 1;
+            }
+            if let Some((transaction, settlement)) = claimed.into_iter().next() {
+                return Ok(Err(format!(
+                    "executed settlement {settlement} has no claim on transaction {transaction}"
+                )));
+            }
+            Ok(Ok(checked))
+        })
+    }
+
     /// Every filed settlement that `keep` accepts: of `wallet` only (through
     /// `wallet_settlements`), or of every wallet of every shard (in id order).
     pub fn settlements_where(
@@ -942,6 +1030,12 @@ impl HistoryStore {
                 COMMERCE_COMPLETE,
             )
         })
+    }
+
+    /// Removes the claim on transaction `id` from `settled_items`, as a damaged store (tests).
+    #[cfg(test)]
+    pub(crate) fn forget_claim(&self, id: TransactionId) -> Result<(), StoreError> {
+        self.with(|open| Ok(open.settled_items.remove(id.0.to_be_bytes())?))
     }
 
     /// Forgets every filed payment link and QR payload and the `links_complete` mark, as a store
@@ -1300,6 +1394,16 @@ impl crate::shard::cold::ColdHistory for HistoryStore {
         })
         .map(drop)
         .map_err(|e| e.to_string())
+    }
+
+    fn for_each_transaction_within(
+        &self,
+        wallet: WalletId,
+        range_ms: (i64, i64),
+        visit: &mut dyn FnMut(&Transaction),
+    ) -> ColdResult<()> {
+        HistoryStore::for_each_transaction_within(self, wallet, range_ms, visit)
+            .map_err(|e| e.to_string())
     }
 
     fn payment(&self, uuid: Uuid) -> ColdResult<Option<Payment>> {

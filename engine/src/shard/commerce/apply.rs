@@ -124,11 +124,9 @@ impl Shard {
             .ok_or(ApplyError::new("unknown payment", 0))
     }
 
-    /// Payment `uuid`, to change under the current command: in memory, or recalled from the
-    /// store into memory (`Recall::Store`); `None` while replaying if it is not in memory (the
-    /// store's own filing of the event changes it). As `transaction_for_change`.
     /// Payment link `uuid` to change, recalled from the store if it left memory (`None` in
-    /// replay, which keeps none: the store's filing changes it).
+    /// replay, which keeps none: the store's filing changes it). A store that cannot be read
+    /// fails the apply: without the link in memory a second payment could find it unused.
     fn link_for_change(&mut self, uuid: Uuid) -> Result<Option<&mut PaymentLink>, ApplyError> {
         if !self.commerce.links.contains_key(&uuid) {
             match &self.recall {
@@ -150,17 +148,22 @@ impl Shard {
             .ok_or(ApplyError::new("unknown payment link", 0))
     }
 
-    /// Whether payment link `uuid` exists: in memory, or (once it left) in the store; replay,
-    /// which keeps none, takes the logged decision on trust.
+    /// Whether payment link `uuid` exists: in memory, or (once it left) in the store. Replay,
+    /// which keeps none, takes the logged decision on trust, and so does a store that cannot be
+    /// read this instant (the decision read the link a moment ago on this thread; an apply
+    /// error would stop the shard). Only a store that answers "no such link" refuses.
     fn link_known(&self, uuid: Uuid) -> bool {
         self.commerce.links.contains_key(&uuid)
             || match &self.recall {
                 Recall::Keep => false,
                 Recall::Replay => true,
-                Recall::Store(store) => store.payment_link(uuid).is_ok_and(|found| found.is_some()),
+                Recall::Store(store) => !matches!(store.payment_link(uuid), Ok(None)),
             }
     }
 
+    /// Payment `uuid`, to change under the current command: in memory, or recalled from the
+    /// store into memory (`Recall::Store`); `None` while replaying if it is not in memory (the
+    /// store's own filing of the event changes it). As `transaction_for_change`.
     fn payment_for_change(&mut self, uuid: Uuid) -> Result<Option<&mut Payment>, ApplyError> {
         if !self.commerce.payments.contains_key(&uuid) {
             match &self.recall {

@@ -303,11 +303,11 @@ impl Shard {
         let currency = wallet.currency();
         let mut items: Vec<SettlementItem> = Vec::new();
         let mut unreadable = None;
-        self.for_each_transaction(wallet, |transaction| {
+        let period = (request.period_start_ms, end_exclusive - 1);
+        self.for_each_transaction_within(wallet, period, |transaction| {
             if transaction.transaction_type == TransactionType::Payment
                 && transaction.direction == Direction::Credit
                 && transaction.status == TransactionStatus::Completed
-                && (request.period_start_ms..end_exclusive).contains(&transaction.created_at_ms)
             {
                 match self.settled_by(transaction.id) {
                     Ok(None) => {}

@@ -268,7 +268,9 @@ impl Shard {
         Ok(status_rows(rows))
     }
 
-    /// Settlements created in the range, by status and currency (net totals).
+    /// Settlements created in the range, by status and currency (net totals), of the
+    /// settlements in memory: every one in a shard without a store (the tests' reference); the
+    /// API reads the aggregates, which count the filed ones too.
     #[must_use]
     pub fn settlement_report(&self, range: &ReportRange) -> Vec<StatusRow<SettlementStatus>> {
         let mut rows: Tally<(SettlementStatus, Currency)> = BTreeMap::new();
