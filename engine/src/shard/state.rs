@@ -121,10 +121,67 @@ pub(crate) struct Indexes {
 }
 
 /// A payment link or QR payload, as eviction tracks them.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum LinkKey {
     Link(Uuid),
     Qr(Uuid),
+}
+
+/// Records of one kind changed under a command, by the stamp of that command: where eviction
+/// looks once the indexer has filed it. A record may leave memory only once its *last* change
+/// is filed, so each key's last stamp is kept beside the queue.
+#[derive(Clone, Debug)]
+pub(crate) struct Stamped<K> {
+    /// Each key's last stamp (absent: loaded from a snapshot, stamp 0).
+    last: HashMap<K, u64>,
+    /// Keys by the stamp of a change, oldest first; a key changed twice is queued twice.
+    queue: VecDeque<(u64, K)>,
+}
+
+impl<K> Default for Stamped<K> {
+    fn default() -> Self {
+        Self {
+            last: HashMap::new(),
+            queue: VecDeque::new(),
+        }
+    }
+}
+
+impl<K: Copy + Eq + std::hash::Hash> Stamped<K> {
+    /// Notes that `key` changed under the command stamped `stamp`.
+    pub(crate) fn touch(&mut self, key: K, stamp: u64) {
+        self.last.insert(key, stamp);
+        if self.queue.back() != Some(&(stamp, key)) {
+            self.queue.push_back((stamp, key));
+        }
+    }
+
+    /// The next queued key whose change is filed (stamped at or before `filed`), taken off the
+    /// queue.
+    pub(crate) fn next_filed(&mut self, filed: u64) -> Option<K> {
+        match self.queue.front() {
+            Some(&(stamp, key)) if stamp <= filed => {
+                self.queue.pop_front();
+                Some(key)
+            }
+            _ => None,
+        }
+    }
+
+    /// Whether `key` changed again after `filed` (its last change is not filed yet).
+    pub(crate) fn changed_after(&self, key: &K, filed: u64) -> bool {
+        self.last.get(key).is_some_and(|&at| at > filed)
+    }
+
+    /// Forgets `key`'s last stamp (it left memory).
+    pub(crate) fn forget(&mut self, key: &K) {
+        self.last.remove(key);
+    }
+
+    /// Empties the queue (everything is about to be evicted regardless of stamps).
+    pub(crate) fn clear_queue(&mut self) {
+        self.queue.clear();
+    }
 }
 
 /// One shard's state. See the module docs for its invariants and layout.
@@ -155,23 +212,13 @@ pub struct Shard {
     /// Cross-shard moves finished, by the stamp of the command that finished them, oldest first:
     /// they leave memory once it is filed (see `moves`).
     pub(crate) moves_touched: VecDeque<(u64, crate::shard::moves::MoveKey)>,
-    /// Payments in memory by the stamp of their last change (absent: loaded, stamp 0).
-    pub(crate) payment_stamps: HashMap<Uuid, u64>,
-    /// Payments that changed, by the stamp of the change, oldest first (see `touched`).
-    pub(crate) touched_payments: VecDeque<(u64, Uuid)>,
-    /// Payouts in memory by the stamp of their last change (absent: loaded, stamp 0).
-    pub(crate) payout_stamps: HashMap<PayoutId, u64>,
-    /// Payouts that changed, by the stamp of the change, oldest first (see `touched`).
-    pub(crate) touched_payouts: VecDeque<(u64, PayoutId)>,
-    /// Settlements in memory by the stamp of their last change (absent: loaded, stamp 0).
-    pub(crate) settlement_stamps: HashMap<SettlementId, u64>,
-    /// Settlements that changed, by the stamp of the change, oldest first (see `touched`).
-    pub(crate) touched_settlements: VecDeque<(u64, SettlementId)>,
-    /// Payment links in memory by the stamp of their last change (absent: loaded, stamp 0).
-    pub(crate) link_stamps: HashMap<Uuid, u64>,
-    /// Payment links and QR payloads that changed (were created, or a link used), by the stamp
-    /// of the change, oldest first (see `touched`): both leave memory once it is filed.
-    pub(crate) touched_links: VecDeque<(u64, LinkKey)>,
+    /// Commerce records changed under a command, by the stamp of the change (see `Stamped`):
+    /// payments, payouts, settlements, and payment links and QR payloads (both leave memory
+    /// once their last change is filed).
+    pub(crate) touched_payments: Stamped<Uuid>,
+    pub(crate) touched_payouts: Stamped<PayoutId>,
+    pub(crate) touched_settlements: Stamped<SettlementId>,
+    pub(crate) touched_links: Stamped<LinkKey>,
     /// Whether final payments, payouts and settlements leave memory once filed: false only
     /// while recovery replays for a store written before they were filed (they are filed from
     /// memory afterwards, see `recovery`).
@@ -203,14 +250,10 @@ impl Shard {
             stamp: 0,
             touched: VecDeque::new(),
             moves_touched: VecDeque::new(),
-            payment_stamps: HashMap::new(),
-            touched_payments: VecDeque::new(),
-            payout_stamps: HashMap::new(),
-            touched_payouts: VecDeque::new(),
-            settlement_stamps: HashMap::new(),
-            touched_settlements: VecDeque::new(),
-            link_stamps: HashMap::new(),
-            touched_links: VecDeque::new(),
+            touched_payments: Stamped::default(),
+            touched_payouts: Stamped::default(),
+            touched_settlements: Stamped::default(),
+            touched_links: Stamped::default(),
             finals_leave: true,
         }
     }
@@ -577,32 +620,16 @@ impl Shard {
             self.touched.pop_front();
             gone += self.evict_wallet(wallet_id, filed);
         }
-        while let Some(&(stamp, uuid)) = self.touched_payments.front() {
-            if stamp > filed {
-                break;
-            }
-            self.touched_payments.pop_front();
+        while let Some(uuid) = self.touched_payments.next_filed(filed) {
             gone += self.evict_payment(uuid, filed);
         }
-        while let Some(&(stamp, id)) = self.touched_payouts.front() {
-            if stamp > filed {
-                break;
-            }
-            self.touched_payouts.pop_front();
+        while let Some(id) = self.touched_payouts.next_filed(filed) {
             gone += self.evict_payout(id, filed);
         }
-        while let Some(&(stamp, id)) = self.touched_settlements.front() {
-            if stamp > filed {
-                break;
-            }
-            self.touched_settlements.pop_front();
+        while let Some(id) = self.touched_settlements.next_filed(filed) {
             gone += self.evict_settlement(id, filed);
         }
-        while let Some(&(stamp, key)) = self.touched_links.front() {
-            if stamp > filed {
-                break;
-            }
-            self.touched_links.pop_front();
+        while let Some(key) = self.touched_links.next_filed(filed) {
             gone += self.evict_link(key, filed);
         }
         gone + self.evict_filed_moves(filed)
@@ -611,7 +638,7 @@ impl Shard {
     /// Drops payout `id` if it is final and its last change is filed, with its hold's entry in
     /// the payout hold index (its hold is closed: nothing else may close it anyway).
     fn evict_payout(&mut self, id: PayoutId, filed: u64) -> usize {
-        if !self.finals_leave || self.payout_stamps.get(&id).is_some_and(|&at| at > filed) {
+        if !self.finals_leave || self.touched_payouts.changed_after(&id, filed) {
             return 0;
         }
         let Some(payout) = self
@@ -624,17 +651,14 @@ impl Shard {
         };
         self.index.commerce.payout_holds.remove(&payout.hold_id);
         self.commerce.payouts.remove(&id);
-        self.payout_stamps.remove(&id);
+        self.touched_payouts.forget(&id);
         1
     }
 
     /// Notes that payout `id` changed under the current command.
     pub(crate) fn touch_payout(&mut self, id: PayoutId) {
         if self.recall.evicts() {
-            self.payout_stamps.insert(id, self.stamp);
-            if self.touched_payouts.back() != Some(&(self.stamp, id)) {
-                self.touched_payouts.push_back((self.stamp, id));
-            }
+            self.touched_payouts.touch(id, self.stamp);
         }
     }
 
@@ -650,12 +674,7 @@ impl Shard {
     /// decision reads them there ([`Shard::settled_by`]). A rejected or cancelled one claims
     /// nothing.
     fn evict_settlement(&mut self, id: SettlementId, filed: u64) -> usize {
-        if !self.finals_leave
-            || self
-                .settlement_stamps
-                .get(&id)
-                .is_some_and(|&at| at > filed)
-        {
+        if !self.finals_leave || self.touched_settlements.changed_after(&id, filed) {
             return 0;
         }
         let Some(settlement) = self
@@ -673,17 +692,14 @@ impl Shard {
             }
         }
         self.commerce.settlements.remove(&id);
-        self.settlement_stamps.remove(&id);
+        self.touched_settlements.forget(&id);
         1
     }
 
     /// Notes that settlement `id` changed under the current command.
     pub(crate) fn touch_settlement(&mut self, id: SettlementId) {
         if self.recall.evicts() {
-            self.settlement_stamps.insert(id, self.stamp);
-            if self.touched_settlements.back() != Some(&(self.stamp, id)) {
-                self.touched_settlements.push_back((self.stamp, id));
-            }
+            self.touched_settlements.touch(id, self.stamp);
         }
     }
 
@@ -691,28 +707,21 @@ impl Shard {
     /// but when asked for (a view, a payment on the link), which reads the store, and a link's
     /// one change (used) recalls it (`link_for_change`).
     fn evict_link(&mut self, key: LinkKey, filed: u64) -> usize {
-        if !self.finals_leave {
+        if !self.finals_leave || self.touched_links.changed_after(&key, filed) {
             return 0;
         }
-        match key {
-            LinkKey::Link(uuid) => {
-                if self.link_stamps.get(&uuid).is_some_and(|&at| at > filed) {
-                    return 0;
-                }
-                self.link_stamps.remove(&uuid);
-                usize::from(self.commerce.links.remove(&uuid).is_some())
-            }
-            LinkKey::Qr(uuid) => usize::from(self.commerce.qrs.remove(&uuid).is_some()),
-        }
+        self.touched_links.forget(&key);
+        let gone = match key {
+            LinkKey::Link(uuid) => self.commerce.links.remove(&uuid).is_some(),
+            LinkKey::Qr(uuid) => self.commerce.qrs.remove(&uuid).is_some(),
+        };
+        usize::from(gone)
     }
 
     /// Notes that payment link or QR payload `key` changed under the current command.
     pub(crate) fn touch_link(&mut self, key: LinkKey) {
         if self.recall.evicts() {
-            if let LinkKey::Link(uuid) = key {
-                self.link_stamps.insert(uuid, self.stamp);
-            }
-            self.touched_links.push_back((self.stamp, key));
+            self.touched_links.touch(key, self.stamp);
         }
     }
 
@@ -737,7 +746,7 @@ impl Shard {
     /// Drops payment `uuid` if it may leave memory and its last change is filed.
     fn evict_payment(&mut self, uuid: Uuid, filed: u64) -> usize {
         if !self.finals_leave
-            || self.payment_stamps.get(&uuid).is_some_and(|&at| at > filed)
+            || self.touched_payments.changed_after(&uuid, filed)
             || !self
                 .commerce
                 .payments
@@ -747,17 +756,14 @@ impl Shard {
             return 0;
         }
         self.commerce.payments.remove(&uuid);
-        self.payment_stamps.remove(&uuid);
+        self.touched_payments.forget(&uuid);
         1
     }
 
     /// Notes that payment `uuid` changed under the current command.
     pub(crate) fn touch_payment(&mut self, uuid: Uuid) {
         if self.recall.evicts() {
-            self.payment_stamps.insert(uuid, self.stamp);
-            if self.touched_payments.back() != Some(&(self.stamp, uuid)) {
-                self.touched_payments.push_back((self.stamp, uuid));
-            }
+            self.touched_payments.touch(uuid, self.stamp);
         }
     }
 
@@ -774,10 +780,10 @@ impl Shard {
             return 0;
         }
         self.touched.clear();
-        self.touched_payments.clear();
-        self.touched_payouts.clear();
-        self.touched_settlements.clear();
-        self.touched_links.clear();
+        self.touched_payments.clear_queue();
+        self.touched_payouts.clear_queue();
+        self.touched_settlements.clear_queue();
+        self.touched_links.clear_queue();
         let links: Vec<LinkKey> = (self.commerce.links.keys().map(|uuid| LinkKey::Link(*uuid)))
             .chain(self.commerce.qrs.keys().map(|uuid| LinkKey::Qr(*uuid)))
             .collect();

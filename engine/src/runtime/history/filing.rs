@@ -25,9 +25,9 @@ use super::moves::MoveOverlay;
 use super::pages::{directory_key, starts_block, Paged};
 use super::report_days::{ReportBatch, Scope};
 use super::store::{
-    counts_in, decode, encode, key2, key3, payment_writes, payout_writes, settlement_writes,
-    HistoryStore, Open, StoreError, Write, COMMERCE_COMPLETE, INDEXED_LSN, LINKS_COMPLETE,
-    SETTLEMENTS_COMPLETE,
+    counts_in, decode, encode, key2, key3, link_writes, payment_writes, payout_writes,
+    settlement_writes, HistoryStore, Open, StoreError, Write, COMMERCE_COMPLETE, INDEXED_LSN,
+    LINKS_COMPLETE, SETTLEMENTS_COMPLETE,
 };
 use crate::commerce::payment::{Payment, PaymentLink};
 use crate::commerce::payout::{Payout, Settlement};
@@ -431,39 +431,28 @@ impl Batch<'_> {
                 payout_id,
                 change,
                 at_ms,
-            } => {
-                let key = payout_id.0.to_be_bytes();
-                let changed: Option<Payout> = self.change_filed(
-                    (Kind::Payout, key2(payout_id.0, 0)),
-                    &key,
-                    "payout",
-                    |payout: &mut Payout| payout.apply_change(change, *at_ms),
-                )?;
-                if let Some(payout) = changed {
-                    let writes = payout_writes(self.open, &payout, false)?;
-                    self.file_record(Kind::Payout, key2(payout_id.0, 0), writes);
-                }
-            }
+            } => self.refile(
+                (Kind::Payout, key2(payout_id.0, 0)),
+                &payout_id.0.to_be_bytes(),
+                "payout",
+                |payout: &mut Payout| payout.apply_change(change, *at_ms),
+                payout_writes,
+            )?,
             Event::PaymentLinkCreated(link) => {
-                let writes = vec![(&self.open.links, link.uuid.0.to_vec(), encode(link)?)];
+                let writes = link_writes(self.open, link, true)?;
                 self.file_record(Kind::Link, link.uuid.0, writes);
             }
             Event::PaymentLinkUsed {
                 link_uuid,
                 payment_uuid,
                 at_ms,
-            } => {
-                let changed: Option<PaymentLink> = self.change_filed(
-                    (Kind::Link, link_uuid.0),
-                    &link_uuid.0,
-                    "payment link",
-                    |link: &mut PaymentLink| link.mark_used(*payment_uuid, *at_ms),
-                )?;
-                if let Some(link) = changed {
-                    let writes = vec![(&self.open.links, link_uuid.0.to_vec(), encode(&link)?)];
-                    self.file_record(Kind::Link, link_uuid.0, writes);
-                }
-            }
+            } => self.refile(
+                (Kind::Link, link_uuid.0),
+                &link_uuid.0,
+                "payment link",
+                |link: &mut PaymentLink| link.mark_used(*payment_uuid, *at_ms),
+                link_writes,
+            )?,
             Event::QrCreated(qr) => {
                 let qrs = self.open.qrs.clone();
                 self.writes.insert(&qrs, qr.uuid.0, encode(qr)?);
@@ -476,26 +465,20 @@ impl Batch<'_> {
                 settlement_id,
                 change,
                 at_ms,
-            } => {
-                let key = settlement_id.0.to_be_bytes();
-                let changed: Option<Settlement> = self.change_filed(
-                    (Kind::Settlement, key2(settlement_id.0, 0)),
-                    &key,
-                    "settlement",
-                    |settlement: &mut Settlement| settlement.apply_change(change, *at_ms),
-                )?;
-                if let Some(settlement) = changed {
-                    let writes = settlement_writes(self.open, &settlement, false)?;
-                    self.file_record(Kind::Settlement, key2(settlement_id.0, 0), writes);
-                }
-            }
+            } => self.refile(
+                (Kind::Settlement, key2(settlement_id.0, 0)),
+                &settlement_id.0.to_be_bytes(),
+                "settlement",
+                |settlement: &mut Settlement| settlement.apply_change(change, *at_ms),
+                settlement_writes,
+            )?,
             moved => self.moves.file(self.open, &mut self.writes, moved, false)?,
         }
         Ok(())
     }
 
-    /// Writes a payment's, payout's or settlement's `writes` (the record first, then its indexes), the record
-    /// also into the overlay under `key`.
+    /// Writes a payment's, payout's, settlement's or link's `writes` (the record first, then its
+    /// indexes), the record also into the overlay under `key`.
     fn file_record(&mut self, kind: Kind, key: [u8; 16], writes: Vec<Write<'_>>) {
         for (index, (keyspace, at, value)) in writes.into_iter().enumerate() {
             if index == 0 {
@@ -511,10 +494,23 @@ impl Batch<'_> {
         uuid: crate::values::ids::Uuid,
         change: impl FnOnce(&mut Payment) -> Result<(), &'static str>,
     ) -> Result<(), StoreError> {
-        let changed = self.change_filed((Kind::Payment, uuid.0), &uuid.0, "payment", change)?;
-        if let Some(payment) = changed {
-            let writes = payment_writes(self.open, &payment, false)?;
-            self.file_record(Kind::Payment, uuid.0, writes);
+        let overlay = (Kind::Payment, uuid.0);
+        self.refile(overlay, &uuid.0, "payment", change, payment_writes)
+    }
+
+    /// A filed payment, payout, settlement or link changed through `change` (`change_filed`)
+    /// and filed again with `writes` (its record, no new index).
+    fn refile<T: DeserializeOwned>(
+        &mut self,
+        overlay: (Kind, [u8; 16]),
+        key: &[u8],
+        what: &'static str,
+        change: impl FnOnce(&mut T) -> Result<(), &'static str>,
+        writes: for<'o> fn(&'o Open, &T, bool) -> Result<Vec<Write<'o>>, StoreError>,
+    ) -> Result<(), StoreError> {
+        if let Some(record) = self.change_filed(overlay, key, what, change)? {
+            let writes = writes(self.open, &record, false)?;
+            self.file_record(overlay.0, overlay.1, writes);
         }
         Ok(())
     }

@@ -849,26 +849,10 @@ impl HistoryStore {
         wallet: Option<WalletId>,
         keep: &dyn Fn(&Payout) -> bool,
     ) -> Result<Vec<Payout>, StoreError> {
-        let mut kept = Vec::new();
-        match wallet {
-            Some(wallet) => self.for_each_payout(wallet, &mut |payout| {
-                if keep(payout) {
-                    kept.push(payout.clone());
-                }
-                true
-            })?,
-            None => self.with(|open| {
-                for guard in open.payouts.iter() {
-                    let (key, bytes) = guard.into_inner()?;
-                    let payout: Payout = decode("payout", &key, &bytes)?;
-                    if keep(&payout) {
-                        kept.push(payout);
-                    }
-                }
-                Ok(())
-            })?,
-        }
-        Ok(kept)
+        self.with(|open| {
+            let indexes = (&open.payouts, &open.wallet_payouts);
+            records_where(indexes, "payout", wallet, keep)
+        })
     }
 
     /// Visits every payout of wallet `wallet`, oldest first, until `visit` returns false.
@@ -969,47 +953,16 @@ impl HistoryStore {
         })
     }
 
-    /// Every filed settlement that `keep` accepts: of `wallet` only (through
-    /// `wallet_settlements`), or of every wallet of every shard (in id order).
+    /// Every filed settlement that `keep` accepts, as [`HistoryStore::payouts_where`] (through
+    /// `wallet_settlements`, or the whole `settlements` keyspace).
     pub fn settlements_where(
         &self,
         wallet: Option<WalletId>,
         keep: &dyn Fn(&Settlement) -> bool,
     ) -> Result<Vec<Settlement>, StoreError> {
         self.with(|open| {
-            let mut kept = Vec::new();
-            let mut visit = |key: &[u8], bytes: &[u8]| -> Result<(), StoreError> {
-                let settlement: Settlement = decode("settlement", key, bytes)?;
-                if keep(&settlement) {
-                    kept.push(settlement);
-                }
-                Ok(())
-            };
-            match wallet {
-                Some(wallet) => {
-                    let w = wallet.0;
-                    for guard in open
-                        .wallet_settlements
-                        .range(key2(w, 0)..=key2(w, u64::MAX))
-                    {
-                        let key = guard.key()?;
-                        let [_, id] = numbers::<2>("wallet settlement", &key)?;
-                        let at = id.to_be_bytes();
-                        let bytes = open.settlements.get(at)?.ok_or(StoreError::Missing {
-                            what: "settlement",
-                            key: id.to_string(),
-                        })?;
-                        visit(&at, &bytes)?;
-                    }
-                }
-                None => {
-                    for guard in open.settlements.iter() {
-                        let (key, bytes) = guard.into_inner()?;
-                        visit(&key, &bytes)?;
-                    }
-                }
-            }
-            Ok(kept)
+            let indexes = (&open.settlements, &open.wallet_settlements);
+            records_where(indexes, "settlement", wallet, keep)
         })
     }
 
@@ -1098,7 +1051,7 @@ impl HistoryStore {
                     all.extend(settlement_writes(open, settlement, true)?);
                 }
                 for link in commerce.links.values() {
-                    all.push((&open.links, link.uuid.0.to_vec(), encode(link)?));
+                    all.extend(link_writes(open, link, true)?);
                 }
                 for qr in commerce.qrs.values() {
                     all.push((&open.qrs, qr.uuid.0.to_vec(), encode(qr)?));
@@ -1230,6 +1183,46 @@ fn payments_by(
     Ok(())
 }
 
+/// Every record of `records` (keyed by its id) that `keep` accepts: of `wallet` only, through
+/// `by_wallet` (keyed `wallet | id`), in id order; or every one, in id order.
+fn records_where<T: DeserializeOwned>(
+    (records, by_wallet): (&fjall::Keyspace, &fjall::Keyspace),
+    what: &'static str,
+    wallet: Option<WalletId>,
+    keep: &dyn Fn(&T) -> bool,
+) -> Result<Vec<T>, StoreError> {
+    let mut kept = Vec::new();
+    let mut visit = |key: &[u8], bytes: &[u8]| -> Result<(), StoreError> {
+        let record: T = decode(what, key, bytes)?;
+        if keep(&record) {
+            kept.push(record);
+        }
+        Ok(())
+    };
+    match wallet {
+        Some(wallet) => {
+            let w = wallet.0;
+            for guard in by_wallet.range(key2(w, 0)..=key2(w, u64::MAX)) {
+                let key = guard.key()?;
+                let [_, id] = numbers::<2>(what, &key)?;
+                let at = id.to_be_bytes();
+                let bytes = records.get(at)?.ok_or(StoreError::Missing {
+                    what,
+                    key: id.to_string(),
+                })?;
+                visit(&at, &bytes)?;
+            }
+        }
+        None => {
+            for guard in records.iter() {
+                let (key, bytes) = guard.into_inner()?;
+                visit(&key, &bytes)?;
+            }
+        }
+    }
+    Ok(kept)
+}
+
 /// One insert of a write batch: keyspace, key, value.
 pub(crate) type Write<'a> = (&'a fjall::Keyspace, Vec<u8>, Vec<u8>);
 
@@ -1272,6 +1265,16 @@ pub(crate) fn payout_writes<'a>(
         writes.push((&open.wallet_payouts, key.to_vec(), Vec::new()));
     }
     Ok(writes)
+}
+
+/// What filing payment link `link` writes: the record (it has no index; `new` is for the
+/// signature the filing of changes shares).
+pub(crate) fn link_writes<'a>(
+    open: &'a Open,
+    link: &PaymentLink,
+    _new: bool,
+) -> Result<Vec<Write<'a>>, StoreError> {
+    Ok(vec![(&open.links, link.uuid.0.to_vec(), encode(link)?)])
 }
 
 /// What filing `settlement` writes: the record, (`new`) its wallet index and, once it is
