@@ -3,7 +3,7 @@
 //! # Snapshot format
 //!
 //! ```text
-//! byte 0     SNAPSHOT_FORMAT_VERSION (5; 1 to 4 are still read)
+//! byte 0     SNAPSHOT_FORMAT_VERSION (6; 1 to 5 are still read)
 //! bytes 1..  postcard encoding of: shard index and count, the four next-sequence numbers,
 //!            the wallets in id order (each with its history), outgoing transfers and incoming
 //!            transfers in uuid order, then (version 2) the commerce state: its five next-sequence
@@ -11,8 +11,12 @@
 //!            uuid order, payouts and settlements in id order, payment reservations and incoming
 //!            payment credits in uuid order, then (version 3) the refused payment credits in
 //!            uuid order, then (version 5) the in-transit totals of finished cross-shard moves
-//!            in currency order
+//!            in currency order, then (version 6) the shard's uuid key, if chosen
 //! ```
+//!
+//! Version 6 added the uuid key (`values::sealed`): the log that chose it may be retired once
+//! a snapshot covers it, and without it the shard's sealed uuids would not open. Versions 1 to
+//! 5 load without one (nothing before version 6 sealed a uuid).
 //!
 //! Version 5 added the totals: the cross-shard moves it carries are the ones in memory (in
 //! flight; a replayed shard keeps no finished one, see `shard::moves`). Versions 1 to 4 carry
@@ -55,9 +59,10 @@ use crate::shard::state::{Indexes, OwnerKey, Shard};
 use crate::values::currency::Currency;
 use crate::values::error::{encode_versioned, DecodeError, EncodeError};
 use crate::values::ids::{IdSpace, Uuid};
+use crate::values::sealed::UuidKey;
 
 /// First byte of every snapshot.
-pub const SNAPSHOT_FORMAT_VERSION: u8 = 5;
+pub const SNAPSHOT_FORMAT_VERSION: u8 = 6;
 
 #[derive(Serialize)]
 struct SnapshotRef<'a> {
@@ -72,6 +77,7 @@ struct SnapshotRef<'a> {
     commerce: &'a Commerce,
     refused_credits: &'a BTreeMap<Uuid, RefusedPaymentCredit>,
     transit: &'a BTreeMap<Currency, TransitTotals>,
+    uuid_key: Option<UuidKey>,
 }
 
 /// Everything before the commerce state: all of version 1. Postcard encodes a struct as its
@@ -120,6 +126,15 @@ type SnapshotV5 = (
     Commerce,
     BTreeMap<Uuid, RefusedPaymentCredit>,
     BTreeMap<Currency, TransitTotals>,
+);
+
+/// Version 6: version 5 and the uuid key.
+type SnapshotV6 = (
+    SnapshotOwned<Wallet>,
+    Commerce,
+    BTreeMap<Uuid, RefusedPaymentCredit>,
+    BTreeMap<Currency, TransitTotals>,
+    Option<UuidKey>,
 );
 
 /// A wallet as versions 1 to 3 wrote it: the whole history, without counts.
@@ -262,6 +277,7 @@ impl Shard {
             commerce: &self.commerce,
             refused_credits: &self.commerce.refused_credits,
             transit: &self.transit,
+            uuid_key: self.uuid_key,
         }
     }
 
@@ -324,6 +340,7 @@ impl Shard {
         let malformed = |error: postcard::Error| DecodeError::Malformed(error.to_string());
         type Parts = (SnapshotOwned<Wallet>, Commerce);
         let mut transit = None;
+        let mut uuid_key = None;
         let ((snapshot, commerce), rest): (Parts, &[u8]) = match *version {
             1 => {
                 let (snapshot, rest): (SnapshotOwned<LegacyWallet>, _) =
@@ -347,11 +364,19 @@ impl Shard {
                 commerce.refused_credits = refused;
                 ((snapshot, commerce), rest)
             }
-            SNAPSHOT_FORMAT_VERSION => {
+            5 => {
                 let ((snapshot, mut commerce, refused, totals), rest): (SnapshotV5, _) =
                     postcard::take_from_bytes(body).map_err(malformed)?;
                 commerce.refused_credits = refused;
                 transit = Some(totals);
+                ((snapshot, commerce), rest)
+            }
+            SNAPSHOT_FORMAT_VERSION => {
+                let ((snapshot, mut commerce, refused, totals, key), rest): (SnapshotV6, _) =
+                    postcard::take_from_bytes(body).map_err(malformed)?;
+                commerce.refused_credits = refused;
+                transit = Some(totals);
+                uuid_key = key;
                 ((snapshot, commerce), rest)
             }
             other => return Err(DecodeError::UnsupportedVersion(other)),
@@ -364,6 +389,7 @@ impl Shard {
         shard.next_transaction_seq = snapshot.next_transaction_seq;
         shard.next_entry_seq = snapshot.next_entry_seq;
         shard.next_hold_seq = snapshot.next_hold_seq;
+        shard.uuid_key = uuid_key;
         shard.index = build_indexes(&shard, &snapshot.wallets)?;
         shard.wallets = snapshot.wallets;
         for (uuid, transfer) in &snapshot.transfers_out {

@@ -60,8 +60,9 @@ use crate::shard::command::{paginate, Page, Paged};
 use crate::values::currency::Currency;
 use crate::values::error::Rejection;
 use crate::values::ids::{
-    EntryId, HoldId, IdSpace, PayoutId, SettlementId, TransactionId, Uuid, WalletId,
+    EntryId, HoldId, IdSpace, PayoutId, SettlementId, TransactionId, Uuid, UuidKind, WalletId,
 };
+use crate::values::sealed::UuidKey;
 
 /// Target resident bytes of an idle wallet, including its index slots.
 pub const IDLE_WALLET_BYTES_BUDGET: usize = 200;
@@ -223,6 +224,8 @@ pub struct Shard {
     /// while recovery replays for a store written before they were filed (they are filed from
     /// memory afterwards, see `recovery`).
     pub(crate) finals_leave: bool,
+    /// The key of the shard's sealed uuids (`values::sealed`), once a command chose it.
+    pub(crate) uuid_key: Option<UuidKey>,
 }
 
 impl Shard {
@@ -255,6 +258,7 @@ impl Shard {
             touched_settlements: Stamped::default(),
             touched_links: Stamped::default(),
             finals_leave: true,
+            uuid_key: None,
         }
     }
 
@@ -354,15 +358,25 @@ impl Shard {
             .copied()
     }
 
-    /// Where the transaction with this uuid lives, if on this shard: in memory or, once it left,
-    /// in the history store.
+    /// Where the transaction with this uuid lives, if on this shard: in memory, or where its
+    /// sealed uuid says if the record there has this uuid (`values::sealed`), or in the history
+    /// store's uuid index (uuids derived before the shard's key).
     pub fn locate_transaction(
         &self,
         uuid: Uuid,
     ) -> Result<Option<(WalletId, TransactionId)>, Rejection> {
-        let found = self.hot_or_filed(self.index.transactions.get(&uuid), |store| {
-            store.locate_transaction(uuid)
-        })?;
+        if let Some(&(wallet_id, id)) = self.index.transactions.get(&uuid) {
+            return Ok(self.owns(wallet_id).then_some((wallet_id, id)));
+        }
+        if let Some((wallet, id)) = self.sealed_wallet(UuidKind::Transaction, uuid) {
+            let id = TransactionId(id);
+            if let Some(found) = self.transaction_record(wallet, id)? {
+                if found.uuid == uuid {
+                    return Ok(Some((wallet.id(), id)));
+                }
+            }
+        }
+        let found = self.hot_or_filed(None, |store| store.locate_transaction(uuid))?;
         Ok(found
             .map(Cow::into_owned)
             .filter(|(wallet_id, _)| self.owns(*wallet_id)))
@@ -370,11 +384,29 @@ impl Shard {
 
     /// Where the hold with this uuid lives, if on this shard (see `locate_transaction`).
     pub fn locate_hold(&self, uuid: Uuid) -> Result<Option<(WalletId, HoldId)>, Rejection> {
-        let found =
-            self.hot_or_filed(self.index.holds.get(&uuid), |store| store.locate_hold(uuid))?;
+        if let Some(&(wallet_id, id)) = self.index.holds.get(&uuid) {
+            return Ok(self.owns(wallet_id).then_some((wallet_id, id)));
+        }
+        if let Some((wallet, id)) = self.sealed_wallet(UuidKind::Hold, uuid) {
+            let id = HoldId(id);
+            if let Some(found) = self.hold_record(wallet, id)? {
+                if found.uuid == uuid {
+                    return Ok(Some((wallet.id(), id)));
+                }
+            }
+        }
+        let found = self.hot_or_filed(None, |store| store.locate_hold(uuid))?;
         Ok(found
             .map(Cow::into_owned)
             .filter(|(wallet_id, _)| self.owns(*wallet_id)))
+    }
+
+    /// The wallet of this shard and the record id a uuid of `kind` opens to under the shard's
+    /// key: a candidate, until the record's own uuid is compared.
+    fn sealed_wallet(&self, kind: UuidKind, uuid: Uuid) -> Option<(&Wallet, u64)> {
+        let (wallet_id, id) = self.uuid_key?.open_as(kind, uuid)?;
+        let wallet = self.wallet(WalletId(wallet_id))?;
+        Some((wallet, id))
     }
 
     /// Whether this shard holds the transaction with this uuid; a store that cannot answer says

@@ -605,7 +605,10 @@ fn a_version_1_snapshot_loads_with_empty_commerce_state() {
     let mut h = Harness::new();
     let wallet = h.create(1, "USD");
     h.deposit(wallet, "10");
-    assert_eq!(crate::SNAPSHOT_FORMAT_VERSION, 5);
+    assert_eq!(crate::SNAPSHOT_FORMAT_VERSION, 6);
+    // Versions before 6 carry no uuid key: compare with the shard's state without its key.
+    let key = h.shard.uuid_key.take();
+    assert!(key.is_some(), "the deposit sealed its transaction's uuid");
     let v3 = h.shard.version_3_snapshot_bytes();
     assert_eq!(v3[0], 3);
     let loaded = Shard::from_snapshot_bytes(&v3).unwrap();
@@ -625,25 +628,35 @@ fn a_version_1_snapshot_loads_with_empty_commerce_state() {
     let loaded = Shard::from_snapshot_bytes(&v2).unwrap();
     assert_eq!(loaded.state_digest(), h.shard.state_digest());
     // A version 1 body with a commerce tail is refused (trailing bytes); a version 3 body read
-    // as version 4 does not decode (the wallet's history changed shape); version 6 is unknown.
+    // as version 4 does not decode (the wallet's history changed shape); version 7 is unknown.
     let mut padded = v3.clone();
     padded[0] = 1;
     assert!(Shard::from_snapshot_bytes(&padded).is_err());
     let mut as_v4 = v3.clone();
     as_v4[0] = 4;
     assert!(Shard::from_snapshot_bytes(&as_v4).is_err());
-    // Version 4 is version 5 without the in-transit totals (here an empty map: 1 byte).
-    let v5 = h.shard.snapshot_bytes().unwrap();
-    assert_eq!(v5.last(), Some(&0));
+    // Version 5 is version 6 without the uuid key (here none: 1 byte), version 4 is version 5
+    // without the in-transit totals (here an empty map: 1 byte).
+    let v6 = h.shard.snapshot_bytes().unwrap();
+    assert_eq!(v6[v6.len() - 2..], [0, 0]);
+    let mut v5 = v6[..v6.len() - 1].to_vec();
+    v5[0] = 5;
+    let loaded = Shard::from_snapshot_bytes(&v5).unwrap();
+    assert_eq!(loaded.state_digest(), h.shard.state_digest());
     let mut v4 = v5[..v5.len() - 1].to_vec();
     v4[0] = 4;
     let loaded = Shard::from_snapshot_bytes(&v4).unwrap();
     assert_eq!(loaded.state_digest(), h.shard.state_digest());
+    // Version 6 carries the key.
+    h.shard.uuid_key = key;
+    let loaded = Shard::from_snapshot_bytes(&h.shard.snapshot_bytes().unwrap()).unwrap();
+    assert_eq!(loaded.uuid_key, key);
+    assert_eq!(loaded.state_digest(), h.shard.state_digest());
     let mut future = v3;
-    future[0] = 6;
+    future[0] = 7;
     assert_eq!(
         Shard::from_snapshot_bytes(&future).unwrap_err(),
-        crate::DecodeError::UnsupportedVersion(6)
+        crate::DecodeError::UnsupportedVersion(7)
     );
 }
 

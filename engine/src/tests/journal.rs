@@ -6,10 +6,11 @@ use super::Harness;
 use crate::runtime::journal::{JournalEntry, JOURNAL_FORMAT_VERSION};
 use crate::values::error::DecodeError;
 
-fn entry(h: &Harness) -> JournalEntry {
+/// The events the harness logged from position `from` on.
+fn entry(h: &Harness, from: usize) -> JournalEntry {
     JournalEntry {
         shard: 0,
-        events: h.log.clone(),
+        events: h.log[from..].to_vec(),
         directory: Vec::new(),
         idempotency: None,
     }
@@ -19,8 +20,32 @@ fn entry(h: &Harness) -> JournalEntry {
 fn entries_carry_the_lowest_version_that_holds_their_events() {
     let mut h = Harness::new();
     let payer = h.create(1, "YER");
+    // The shard's first transaction chooses its uuid key (version 4), logged with it.
     h.deposit(payer, "50.00");
-    let plain = entry(&h);
+    let keyed = entry(&h, 0);
+    let key_at = keyed
+        .events
+        .iter()
+        .position(|event| matches!(event, crate::Event::UuidKeyChosen { .. }));
+    let recorded_at = keyed
+        .events
+        .iter()
+        .position(|event| matches!(event, crate::Event::TransactionRecorded { .. }));
+    assert!(
+        key_at.is_some() && key_at < recorded_at,
+        "{:?}",
+        keyed.events
+    );
+    let bytes = keyed.encode().unwrap();
+    assert_eq!(bytes[0], 4, "the uuid key needs version 4");
+    assert_eq!(JournalEntry::decode(&bytes).unwrap(), keyed);
+    let mut older = bytes.clone();
+    older[0] = 3;
+    assert!(JournalEntry::decode(&older).is_err());
+
+    let mark = h.log.len();
+    h.deposit(payer, "5.00");
+    let plain = entry(&h, mark);
     let bytes = plain.encode().unwrap();
     assert_eq!(
         bytes[0], 1,
@@ -28,12 +53,13 @@ fn entries_carry_the_lowest_version_that_holds_their_events() {
     );
     assert_eq!(JournalEntry::decode(&bytes).unwrap(), plain);
 
+    let mark = h.log.len();
     let merchant = merchant_wallet(&mut h, 7, "YER");
     let payment = pay(&mut h, initiate(merchant, payer, "10.00", "YER"));
     h.ok(crate::Command::ConfirmPayment {
         payment_uuid: payment.uuid,
     });
-    let commerce = entry(&h);
+    let commerce = entry(&h, mark);
     let bytes = commerce.encode().unwrap();
     assert_eq!(bytes[0], 2, "commerce events need version 2");
     assert_eq!(JournalEntry::decode(&bytes).unwrap(), commerce);
@@ -51,7 +77,7 @@ fn entries_carry_the_lowest_version_that_holds_their_events() {
         idempotency: None,
     };
     let bytes = refused.encode().unwrap();
-    assert_eq!(bytes[0], JOURNAL_FORMAT_VERSION);
+    assert_eq!(bytes[0], 3);
     assert_eq!(JournalEntry::decode(&bytes).unwrap(), refused);
     let mut older = bytes.clone();
     older[0] = 2;

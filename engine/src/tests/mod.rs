@@ -29,6 +29,7 @@ mod refunds_reversals;
 mod replay;
 mod reports_upgrade;
 mod runtime_hardening;
+mod sealed_uuids;
 mod settlements_store;
 mod wallets;
 

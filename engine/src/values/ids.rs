@@ -23,6 +23,10 @@
 //! RFC 9562 version-4 and variant bits set. Because `(shard, kind, id)` never repeats, uuids are unique
 //! even if a caller reused entropy; with fresh entropy they are unguessable. The derived value is stored
 //! in the events, so replay never derives it again.
+//!
+//! Transactions and holds instead get *sealed* uuids (`values::sealed`): a keyed permutation of
+//! (kind, wallet, id) that looks as random but opens, under the shard's logged key, to the record,
+//! so finding it needs no uuid index. Their uuids are stored in the events all the same.
 
 use std::fmt;
 use std::str::FromStr;

@@ -1,7 +1,8 @@
 //! Values: the vocabulary every other folder speaks, with no state of its own.
 //!
 //! Owns the ISO 4217 table ([`currency`]), amount rules and the exact `Decimal` serde adapter
-//! ([`money`]), numeric ids with the shard formula and uuids ([`ids`]), fee rules and the exact fee
+//! ([`money`]), numeric ids with the shard formula and uuids ([`ids`]), uuids that open to their record
+//! under a shard's key ([`sealed`]), fee rules and the exact fee
 //! split ([`fee`]), EMVCo QR payloads and their CRC ([`emvco`]), and the stable rejection codes and
 //! error types of the domain ([`error`]).
 //!
@@ -13,3 +14,4 @@ pub mod error;
 pub mod fee;
 pub mod ids;
 pub mod money;
+pub mod sealed;

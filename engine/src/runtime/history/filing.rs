@@ -29,12 +29,14 @@ use super::store::{
     settlement_writes, HistoryStore, Open, StoreError, Write, COMMERCE_COMPLETE, INDEXED_LSN,
     LINKS_COMPLETE, SETTLEMENTS_COMPLETE,
 };
+use super::uuid_keys::UuidKeys;
 use crate::commerce::payment::{Payment, PaymentLink};
 use crate::commerce::payout::{Payout, Settlement};
 use crate::ledger::hold::Hold;
 use crate::ledger::transaction::{Hash, LedgerEntry, Transaction};
 use crate::runtime::journal::IdempotencyRecord;
 use crate::shard::event::Event;
+use crate::values::ids::UuidKind;
 
 /// Most wallets whose chain head the indexer remembers between batches; past it the memory
 /// starts over (a miss costs one seek to the wallet's newest entry).
@@ -53,6 +55,8 @@ pub(crate) struct ChainHeads {
     scopes: HashMap<u64, Scope>,
     /// The epochs of each recently filed wallet's records ([`super::epochs`]).
     epochs: EpochsSeen,
+    /// The shards' uuid keys ([`super::uuid_keys`]).
+    keys: UuidKeys,
 }
 
 impl ChainHeads {
@@ -62,12 +66,15 @@ impl ChainHeads {
         self.counts.clear();
         self.scopes.clear();
         self.epochs.clear();
+        self.keys.clear();
     }
 }
 
 /// What one WAL record gives the store: its events and its idempotency answer.
 pub(crate) struct Filed {
     pub(crate) lsn: u64,
+    /// The shard whose state the events change.
+    pub(crate) shard: u32,
     pub(crate) events: Vec<Event>,
     /// Only an answered key (a pending one is hot state).
     pub(crate) answer: Option<IdempotencyRecord>,
@@ -79,9 +86,16 @@ impl Filed {
     pub(crate) fn events(lsn: u64, events: Vec<Event>) -> Self {
         Filed {
             lsn,
+            shard: 0,
             events,
             answer: None,
         }
+    }
+
+    /// The same record, logged by shard `shard`.
+    #[cfg(test)]
+    pub(crate) fn on_shard(self, shard: u32) -> Self {
+        Filed { shard, ..self }
     }
 }
 
@@ -96,18 +110,21 @@ pub(crate) fn file_batch(
         return Ok(());
     };
     let result = store.with(|open| {
+        heads.keys.load(open)?;
         let mut batch = Batch {
             open,
             writes: open.db.batch(),
             overlay: HashMap::new(),
             counts: HashMap::new(),
             moves: MoveOverlay::default(),
+            shard: 0,
         };
         let mut reports = open
             .reports
             .load(std::sync::atomic::Ordering::Acquire)
             .then(ReportBatch::default);
         for record in records {
+            batch.shard = record.shard;
             for event in &record.events {
                 batch.file(event, heads)?;
                 if let Some(reports) = reports.as_mut() {
@@ -175,6 +192,8 @@ struct Batch<'a> {
     counts: HashMap<u64, Tally>,
     /// Cross-shard move records written earlier in this batch.
     moves: MoveOverlay,
+    /// The shard of the record being filed.
+    shard: u32,
 }
 
 /// A wallet's (transactions, entries, holds) counted up to the record being filed.
@@ -286,14 +305,21 @@ impl Batch<'_> {
         record: &T,
         uuid: crate::values::ids::Uuid,
     ) -> Result<(), StoreError> {
-        let (overlay, uuids) = match kind {
-            Paged::Transaction => (Kind::Transaction, self.open.tx_uuids.clone()),
-            Paged::Hold => (Kind::Hold, self.open.hold_uuids.clone()),
+        let (overlay, uuids, uuid_kind) = match kind {
+            Paged::Transaction => (
+                Kind::Transaction,
+                self.open.tx_uuids.clone(),
+                UuidKind::Transaction,
+            ),
+            Paged::Hold => (Kind::Hold, self.open.hold_uuids.clone(), UuidKind::Hold),
             Paged::Entry => return Err(StoreError::Rule("an entry has no uuid".into())),
         };
         self.put(overlay, (wallet, id), record)?;
-        self.writes
-            .insert(&uuids, uuid.0, key2(wallet, id).to_vec());
+        // A sealed uuid opens to this record: its shard finds it without an index entry.
+        if !heads.keys.sealed(self.shard, uuid_kind, (wallet, id), uuid) {
+            self.writes
+                .insert(&uuids, uuid.0, key2(wallet, id).to_vec());
+        }
         self.ordinal(heads, wallet, kind, id)?;
         heads.epochs.note(
             self.open,
@@ -472,6 +498,11 @@ impl Batch<'_> {
                 |settlement: &mut Settlement| settlement.apply_change(change, *at_ms),
                 settlement_writes,
             )?,
+            Event::UuidKeyChosen { key } => {
+                heads
+                    .keys
+                    .file(self.open, &mut self.writes, self.shard, *key);
+            }
             moved => self.moves.file(self.open, &mut self.writes, moved, false)?,
         }
         Ok(())

@@ -191,6 +191,7 @@ impl Filer {
         let entry = decode_record(lsn, payload)?;
         self.pending.push(Filed {
             lsn,
+            shard: entry.shard,
             events: entry.events,
             answer: entry.idempotency.filter(|answer| answer.response.is_some()),
         });

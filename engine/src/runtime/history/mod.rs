@@ -20,7 +20,7 @@
 
 pub mod answers;
 mod epochs;
-mod filing;
+pub(crate) mod filing;
 pub mod indexer;
 pub mod moves;
 mod pages;
@@ -30,6 +30,7 @@ mod report_days;
 mod report_tests;
 mod reports;
 pub mod store;
+mod uuid_keys;
 
 use std::sync::Arc;
 

@@ -47,7 +47,7 @@ fn interleave(logs: &[Vec<Event>], draws: &mut Draws) -> Vec<Filed> {
         let end = (next[shard] + take).min(logs[shard].len());
         let events = logs[shard][next[shard]..end].to_vec();
         next[shard] = end;
-        records.push(Filed::events(records.len() as u64 + 1, events));
+        records.push(Filed::events(records.len() as u64 + 1, events).on_shard(shard as u32));
     }
 }
 

@@ -991,6 +991,22 @@ impl HistoryStore {
         self.with(|open| Ok(open.settled_items.remove(id.0.to_be_bytes())?))
     }
 
+    /// How many entries the uuid indexes hold: (`tx_uuids`, `hold_uuids`) (tests).
+    #[cfg(test)]
+    pub(crate) fn uuid_index_len(&self) -> Result<(usize, usize), StoreError> {
+        self.with(|open| {
+            let count = |keyspace: &fjall::Keyspace| -> Result<usize, StoreError> {
+                let mut count = 0;
+                for guard in keyspace.iter() {
+                    guard.key()?;
+                    count += 1;
+                }
+                Ok(count)
+            };
+            Ok((count(&open.tx_uuids)?, count(&open.hold_uuids)?))
+        })
+    }
+
     /// Forgets every filed payment link and QR payload and the `links_complete` mark, as a store
     /// written before they were filed (tests).
     #[cfg(test)]

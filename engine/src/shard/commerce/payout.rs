@@ -69,11 +69,12 @@ impl Shard {
         let hold_id = draft.mint_hold_id()?;
         let id = PayoutId(self.record_id(self.commerce.next_payout_seq)?);
         let uuid = draft.uuid(UuidKind::Payout, id.0);
+        let hold_uuid = draft.record_uuid(UuidKind::Hold, wallet.id(), hold_id.0);
         draft.push(Event::HoldPlaced {
             wallet_id: wallet.id(),
             hold: Hold {
                 id: hold_id,
-                uuid: draft.uuid(UuidKind::Hold, hold_id.0),
+                uuid: hold_uuid,
                 amount,
                 status: HoldStatus::Active,
                 reason: Some(format!("payout {uuid}").into()),

@@ -106,7 +106,8 @@ impl Event {
             | Self::TransactionReversed { .. }
             | Self::TransferFinalized { .. }
             | Self::TransferReleased { .. }
-            | Self::BalanceVerified { .. } => {}
+            | Self::BalanceVerified { .. }
+            | Self::UuidKeyChosen { .. } => {}
             commerce => return commerce::validate(commerce),
         }
         Ok(())
@@ -137,6 +138,7 @@ impl Event {
             | Self::TransferReleased { .. }
             | Self::BalanceVerified { .. } => 1,
             Self::PaymentCreditRefused { .. } => 3,
+            Self::UuidKeyChosen { .. } => 4,
             _ => 2,
         }
     }

@@ -14,9 +14,10 @@ use crate::ledger::wallet::{OwnerType, WalletStatus, WalletType};
 use crate::shard::command::TEXT_BYTES_MAX;
 use crate::values::currency::Currency;
 use crate::values::ids::{EntryId, HoldId, PayoutId, SettlementId, TransactionId, Uuid, WalletId};
+use crate::values::sealed::UuidKey;
 
 /// First byte of every encoded event batch.
-pub const EVENT_FORMAT_VERSION: u8 = 3;
+pub const EVENT_FORMAT_VERSION: u8 = 4;
 
 /// The oldest version [`decode`] still reads.
 pub const EVENT_FORMAT_VERSION_MIN: u8 = 1;
@@ -168,6 +169,12 @@ pub enum Event {
         target_wallet_id: WalletId,
         at_ms: i64,
     },
+    // ----- version 4 -----
+    /// The shard's key for sealed uuids (`values::sealed`), chosen once from the entropy of the
+    /// first command that seals one and logged with it.
+    UuidKeyChosen {
+        key: UuidKey,
+    },
 }
 
 impl Event {
@@ -209,7 +216,8 @@ impl Event {
             | Self::PayoutChanged { .. }
             | Self::SettlementCreated(_)
             | Self::SettlementChanged { .. }
-            | Self::PaymentCreditRefused { .. } => None,
+            | Self::PaymentCreditRefused { .. }
+            | Self::UuidKeyChosen { .. } => None,
         }
     }
 }

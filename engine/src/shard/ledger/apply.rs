@@ -114,6 +114,17 @@ impl Shard {
                 wallet.balance_verified_at_ms = *at_ms;
                 Ok(())
             }
+            Event::UuidKeyChosen { key } => {
+                // Chosen once: a second key would leave the first one's uuids unreadable.
+                if self.uuid_key.is_some_and(|chosen| chosen != *key) {
+                    return Err(ApplyError::new(
+                        "the shard's uuid key was chosen already",
+                        0,
+                    ));
+                }
+                self.uuid_key = Some(*key);
+                Ok(())
+            }
             commerce => self.apply_commerce(commerce),
         }
     }

@@ -47,7 +47,7 @@ impl Shard {
         let hold_id = draft.mint_hold_id()?;
         let hold = Hold {
             id: hold_id,
-            uuid: draft.uuid(UuidKind::Hold, hold_id.0),
+            uuid: draft.record_uuid(UuidKind::Hold, wallet.id(), hold_id.0),
             amount,
             status: HoldStatus::Active,
             reason,

@@ -20,6 +20,7 @@ use crate::values::currency::Currency;
 use crate::values::error::Rejection;
 use crate::values::ids::{EntryId, HoldId, TransactionId, Uuid, UuidKind, WalletId};
 use crate::values::money::zero;
+use crate::values::sealed::UuidKey;
 
 /// A transaction to record as part of a posting.
 pub(crate) struct TxSpec {
@@ -109,6 +110,8 @@ pub(crate) struct Draft<'a> {
     next_hold_seq: u64,
     running: Vec<Running>,
     opened: Vec<(Currency, WalletType, WalletId)>,
+    /// The shard's uuid key when this command chose it (the shard had none).
+    chosen_key: Option<UuidKey>,
 }
 
 fn mint(shard: &Shard, seq: &mut u64) -> Result<u64, Rejection> {
@@ -134,6 +137,7 @@ impl<'a> Draft<'a> {
             next_hold_seq: shard.next_hold_seq,
             running: Vec::new(),
             opened: Vec::new(),
+            chosen_key: None,
         }
     }
 
@@ -151,6 +155,24 @@ impl<'a> Draft<'a> {
 
     pub(crate) fn uuid(&self, kind: UuidKind, id: u64) -> Uuid {
         Uuid::derive(&self.ctx.entropy, self.shard.shard_index(), kind, id)
+    }
+
+    /// The uuid of a new transaction or hold (`kind`) of `wallet`: sealed under the shard's key
+    /// (`values::sealed`), so that it opens to the record without an index. The shard's first
+    /// such command chooses the key from its entropy and logs it, ahead of the record. An id
+    /// beyond 48 bits gets a derived uuid, which the history store indexes.
+    pub(crate) fn record_uuid(&mut self, kind: UuidKind, wallet: WalletId, id: u64) -> Uuid {
+        let key = match self.shard.uuid_key.or(self.chosen_key) {
+            Some(key) => key,
+            None => {
+                let key = UuidKey::choose(&self.ctx.entropy, self.shard.shard_index());
+                self.chosen_key = Some(key);
+                self.events.push(Event::UuidKeyChosen { key });
+                key
+            }
+        };
+        key.seal(kind, wallet.0, id)
+            .unwrap_or_else(|| self.uuid(kind, id))
     }
 
     pub(crate) fn mint_wallet_id(&mut self) -> Result<WalletId, Rejection> {
@@ -289,7 +311,7 @@ impl<'a> Draft<'a> {
                 .ok_or(Rejection::InvalidState("internal: fee above the amount"))?;
             let transaction = Transaction {
                 id: *id,
-                uuid: self.uuid(UuidKind::Transaction, id.0),
+                uuid: self.record_uuid(UuidKind::Transaction, spec.wallet_id, id.0),
                 transaction_type: spec.transaction_type,
                 direction: spec.direction,
                 status: TransactionStatus::Completed,
