@@ -911,7 +911,7 @@ fn inspect(args: &InspectArgs) -> anyhow::Result<()> {
                     "directory": entry.directory,
                     "idempotency": entry.idempotency.as_ref().map(|k| serde_json::json!({"caller": k.caller, "key": k.key})),
                 });
-                redact_password_hashes(&mut value);
+                redact_secrets(&mut value);
                 value
             }
             Err(error) => {
@@ -936,18 +936,21 @@ fn inspect(args: &InspectArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn redact_password_hashes(value: &mut serde_json::Value) {
+/// Hides what `wal inspect` must not print: password hashes, and a shard's uuid key (with it,
+/// anyone could open every sealed uuid to its wallet and record id, see
+/// `engine/src/values/sealed.rs`).
+fn redact_secrets(value: &mut serde_json::Value) {
     match value {
         serde_json::Value::Object(map) => {
             for (key, inner) in map.iter_mut() {
-                if key == "password_hash" {
+                if key == "password_hash" || key == "uuid_key_chosen" {
                     *inner = serde_json::Value::String("<redacted>".into());
                 } else {
-                    redact_password_hashes(inner);
+                    redact_secrets(inner);
                 }
             }
         }
-        serde_json::Value::Array(items) => items.iter_mut().for_each(redact_password_hashes),
+        serde_json::Value::Array(items) => items.iter_mut().for_each(redact_secrets),
         _ => {}
     }
 }
@@ -982,6 +985,24 @@ mod tests {
         ] {
             assert!(parse_retention(bad).is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn inspect_hides_password_hashes_and_uuid_keys() {
+        let key = engine::values::sealed::UuidKey([7; 32]);
+        let mut value = serde_json::json!({
+            "events": [engine::Event::UuidKeyChosen { key }],
+            "directory": [{"customer_registered": {"id": 1, "password_hash": "$argon2id$x"}}],
+        });
+        let printed = value.to_string();
+        assert!(printed.contains("uuid_key_chosen") && printed.contains("[7,7,"));
+        redact_secrets(&mut value);
+        let printed = value.to_string();
+        assert!(
+            !printed.contains("[7,7,") && !printed.contains("argon2"),
+            "{printed}"
+        );
+        assert_eq!(printed.matches("<redacted>").count(), 2, "{printed}");
     }
 
     #[test]

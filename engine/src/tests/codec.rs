@@ -359,6 +359,9 @@ pub(crate) fn event() -> impl Strategy<Value = Event> {
         }),
         (wallet_id(), any::<i64>())
             .prop_map(|(wallet_id, at_ms)| Event::BalanceVerified { wallet_id, at_ms }),
+        any::<[u8; 32]>().prop_map(|key| Event::UuidKeyChosen {
+            key: crate::values::sealed::UuidKey(key)
+        }),
     ]
 }
 

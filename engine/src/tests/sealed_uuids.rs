@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use rust_decimal::Decimal;
 
-use super::runtime_hardening::{open, wallet, START_MS};
+use super::runtime_hardening::{customer_wallet, DebugRenderer, START_MS};
 use super::{dec, transfer, Harness};
 use crate::ledger::view::HoldView;
 use crate::runtime::clock::SeededClock;
@@ -213,41 +213,88 @@ fn uuids_derived_before_the_key_are_found_through_the_index() {
     });
 }
 
-/// Through the engine: the key survives a restart from a snapshot, so uuids sealed before it
-/// still open to their records, and the shard keeps its key rather than choosing another.
+/// Through the engine on two shards: each shard chooses its own key; a cross-shard transfer's
+/// debit and credit are sealed by the shards of their wallets and found there after they left
+/// memory; the keys survive a restart from a snapshot, so uuids sealed before it still open and
+/// no shard chooses another key.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sealed_uuids_still_open_after_a_restart_from_a_snapshot() {
+async fn sealed_uuids_open_on_their_own_shard_across_a_restart_from_a_snapshot() {
+    use crate::runtime::{Engine, EngineConfig};
     let dir = tempfile::tempdir().unwrap();
     let clock = Arc::new(SeededClock::new(8, START_MS));
-    let engine = open(dir.path(), &clock);
-    let payer = wallet(&engine).await;
-    let deposit = |amount: i64| {
-        Command::Deposit(MoneyMove {
-            wallet_id: payer,
-            amount: Decimal::from(amount),
-            currency: None,
-            details: Details::default(),
-        })
+    let open = |clock: &Arc<SeededClock>| {
+        let mut config = EngineConfig::new(dir.path());
+        config.shard_count = 2;
+        config.snapshot_every_records = 0;
+        Engine::open(config, clock.clone(), Arc::new(DebugRenderer))
+            .unwrap()
+            .0
     };
-    let first = transaction_uuid(engine.execute(deposit(50)).await.unwrap());
+    let engine = open(&clock);
+    let payer = customer_wallet(&engine, 1).await;
+    let mut owner = 2;
+    let payee = loop {
+        let wallet = customer_wallet(&engine, owner).await;
+        if engine.shard_of_wallet(wallet) != engine.shard_of_wallet(payer) {
+            break wallet;
+        }
+        owner += 1;
+    };
+    let deposit = Command::Deposit(MoneyMove {
+        wallet_id: payer,
+        amount: Decimal::from(50),
+        currency: None,
+        details: Details::default(),
+    });
+    let deposited = transaction_uuid(engine.execute(deposit).await.unwrap());
+    let mut args = transfer(payer, payee, "7", "YER");
+    args.currency = super::cur("YER");
+    let debit = transaction_uuid(engine.execute(Command::Transfer(args)).await.unwrap());
+    let credit = engine
+        .read_wallet(payee, move |s| {
+            s.wallet(payee).unwrap().transactions().last().unwrap().uuid
+        })
+        .await
+        .unwrap();
     let keys = engine.read_all(|s| s.uuid_key).await.unwrap();
-    assert!(keys.iter().all(Option::is_some));
+    assert!(
+        keys.iter().all(Option::is_some) && keys[0] != keys[1],
+        "one key per shard"
+    );
     engine.snapshot().await.unwrap();
-    engine.evict_filed().await.unwrap();
     engine.shutdown().unwrap();
 
-    let engine = open(dir.path(), &clock);
+    let engine = open(&clock);
     assert_eq!(engine.read_all(|s| s.uuid_key).await.unwrap(), keys);
-    let second = transaction_uuid(engine.execute(deposit(5)).await.unwrap());
+    let more = Command::Deposit(MoneyMove {
+        wallet_id: payee,
+        amount: Decimal::from(5),
+        currency: None,
+        details: Details::default(),
+    });
+    let later = transaction_uuid(engine.execute(more).await.unwrap());
     assert_eq!(engine.read_all(|s| s.uuid_key).await.unwrap(), keys);
     engine.evict_filed().await.unwrap();
-    for uuid in [first, second] {
+    for (wallet, uuid) in [
+        (payer, deposited),
+        (payer, debit),
+        (payee, credit),
+        (payee, later),
+    ] {
         let found = engine
-            .read_wallet(payer, move |s| s.transaction_view(uuid))
+            .read_wallet(wallet, move |s| s.transaction_view(uuid))
             .await
             .unwrap()
             .unwrap();
-        assert_eq!(found.uuid, uuid);
+        assert_eq!((found.uuid, found.wallet_id), (uuid, wallet));
+        let elsewhere = engine
+            .read_wallet(if wallet == payer { payee } else { payer }, move |s| {
+                s.locate_transaction(uuid)
+            })
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(elsewhere, None, "the other shard's key does not open it");
     }
     assert_eq!(engine.history().store().uuid_index_len().unwrap(), (0, 0));
     engine.check_invariants().await.unwrap();

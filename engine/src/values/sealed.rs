@@ -9,14 +9,18 @@
 //!
 //! ```text
 //! plain  = kind (4 bits) | wallet id (48 bits) | record id (48 bits) | 22 zero bits   (122 bits)
-//! sealed = Feistel(key, plain): two 61-bit halves, 4 rounds,
+//! sealed = Feistel(key, plain): two 61-bit halves, 6 rounds,
 //!          round r: (L, R) -> (R, L xor F(r, R)),  F(r, x) = SHA-256(key | r | x) mod 2^61
 //! uuid   = the 122 bits in the free bits of an RFC 9562 version-4 uuid
 //! ```
 //!
 //! Four Feistel rounds of a pseudo-random function are a pseudo-random permutation
-//! (Luby–Rackoff), so without the key a sealed uuid looks as random as a derived one and says
-//! nothing about counts. With the key it opens to (kind, wallet, id): a lookup is one point read
+//! (Luby–Rackoff), and six keep that bound meaningful far past the uuids one key will ever
+//! seal, so without the key a sealed uuid looks as random as a derived one and says nothing
+//! about counts. The key is therefore a secret, like the password hashes: it lives in the
+//! WAL (and its archive), the snapshots and the store's `meta`, all private to walletd's
+//! user, and `wal inspect` prints it redacted. It cannot be rotated: the uuids it sealed are
+//! stored in records and stay valid forever. With the key it opens to (kind, wallet, id): a lookup is one point read
 //! of the record, which is kept only if the record's stored uuid is the one asked. Any 122 bits
 //! open to *something*; the zero bits refuse all but 1 in 4 million at once, and the stored-uuid
 //! check refuses the rest, so a forged or mistyped uuid finds nothing.
@@ -43,7 +47,10 @@ const HALF_BITS: u32 = 61;
 const HALF_MASK: u64 = (1 << HALF_BITS) - 1;
 /// Zero bits at the bottom of the plaintext: the cheap first check of `open`.
 const CHECK_BITS: u32 = 122 - 4 - 2 * ID_BITS;
-const ROUNDS: u8 = 4;
+/// Six rounds: four already make a pseudo-random permutation (Luby–Rackoff), but their bound
+/// weakens near 2^30 uuids under one key, which a busy shard reaches in days; more rounds
+/// push it towards 2^61 (Patarin). A key never changes, so neither may this.
+const ROUNDS: u8 = 6;
 
 /// A shard's key for sealed uuids (module docs). Its `Debug` does not print it.
 #[derive(Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -66,7 +73,7 @@ impl UuidKey {
         Self(hasher.finalize().into())
     }
 
-    /// The round function: 41 bytes in, so one SHA-256 block.
+    /// The round function: 41 bytes in, so one SHA-256 block (the key as the first 32 bytes).
     fn round(&self, round: u8, half: u64) -> u64 {
         let mut hasher = Sha256::new();
         hasher.update(self.0);

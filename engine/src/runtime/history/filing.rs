@@ -501,7 +501,7 @@ impl Batch<'_> {
             Event::UuidKeyChosen { key } => {
                 heads
                     .keys
-                    .file(self.open, &mut self.writes, self.shard, *key);
+                    .file(self.open, &mut self.writes, self.shard, *key)?;
             }
             moved => self.moves.file(self.open, &mut self.writes, moved, false)?,
         }

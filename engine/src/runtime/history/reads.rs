@@ -414,9 +414,25 @@ impl Engine {
 /// Compares one shard's hot state with the store: per wallet the record counts, the chain (every
 /// filed entry follows the one before it, and the last is the wallet's chain head and balance),
 /// and every record still in memory (payments, payouts, settlements, payment links and QR
-/// payloads included) against its filed version.
+/// payloads included) against its filed version, and the shard's uuid key with the one the
+/// indexer filed (it decides which uuids need no index entry).
 fn compare_shard(shard: &Shard, store: &Arc<HistoryStore>) -> Result<u64, String> {
     let mut compared = 0u64;
+    let filed_key = store
+        .uuid_key(shard.shard_index())
+        .map_err(|e| format!("shard {}: {e}", shard.shard_index()))?;
+    if filed_key != shard.uuid_key {
+        return Err(format!(
+            "shard {}: the store's uuid key is not the shard's ({} filed, {} in the shard)",
+            shard.shard_index(),
+            if filed_key.is_some() { "one" } else { "none" },
+            if shard.uuid_key.is_some() {
+                "one"
+            } else {
+                "none"
+            },
+        ));
+    }
     for wallet in shard.wallets() {
         let id = wallet.id();
         let failed = |what: &str| format!("wallet {}: {what}", id.0);
@@ -617,5 +633,50 @@ mod tests {
             broken.contains("does not hash to its stored hash"),
             "{broken}"
         );
+    }
+
+    /// The indexer skips index entries by the key it filed: verify names a store whose key is
+    /// not the shard's, and the indexer refuses a second, different key for a shard.
+    #[test]
+    fn verify_and_the_indexer_hold_the_store_to_the_shards_uuid_key() {
+        use crate::values::sealed::UuidKey;
+        use crate::Event;
+        let dir = tempfile::tempdir().unwrap();
+        let mut harness = Harness::new();
+        let a = harness.create(1, "YER");
+        harness.deposit(a, "10.00");
+        let rekeyed: Vec<Event> = harness
+            .log
+            .iter()
+            .cloned()
+            .map(|event| match event {
+                Event::UuidKeyChosen { .. } => Event::UuidKeyChosen {
+                    key: UuidKey([9; 32]),
+                },
+                other => other,
+            })
+            .collect();
+        let store = Arc::new(HistoryStore::open(dir.path(), 1 << 20).unwrap());
+        let mut heads = ChainHeads::default();
+        file_batch(&store, &[Filed::events(1, rekeyed)], &mut heads).unwrap();
+        let differs = compare_shard(&harness.shard, &store).unwrap_err();
+        assert!(differs.contains("uuid key"), "{differs}");
+
+        let second = Event::UuidKeyChosen {
+            key: harness.shard.uuid_key.unwrap(),
+        };
+        let refused = file_batch(&store, &[Filed::events(2, vec![second])], &mut heads);
+        assert!(refused.is_err(), "a second key for shard 0 is refused");
+        assert_eq!(store.uuid_key(0).unwrap(), Some(UuidKey([9; 32])), "kept");
+
+        let agrees = Arc::new(HistoryStore::open(&dir.path().join("same"), 1 << 20).unwrap());
+        let log = harness.log.clone();
+        file_batch(
+            &agrees,
+            &[Filed::events(1, log)],
+            &mut ChainHeads::default(),
+        )
+        .unwrap();
+        compare_shard(&harness.shard, &agrees).unwrap();
     }
 }

@@ -456,8 +456,9 @@ impl HistoryStore {
 
     /// The keyspaces the second compactor ([`run_compactor`]) works on: the ones fjall's
     /// worker spent the most on, by the bytes of tables each wrote in a soak (the random-keyed
-    /// ones first: each of their compactions overlaps a whole level).
-    const COMPACTED: usize = 7;
+    /// ones first: each of their compactions overlaps a whole level). The uuid indexes were
+    /// among them until sealed uuids stopped their growth (`values::sealed`).
+    const COMPACTED: usize = 5;
 
     /// One step of the second compactor: asks the compaction strategy of keyspace `which` (of
     /// [`Self::COMPACTED`]) for work and does it on this thread; answers whether it did any (a
@@ -469,12 +470,10 @@ impl HistoryStore {
         use fjall::AbstractTree;
         self.with(|open| {
             let keyspace = match which % Self::COMPACTED {
-                0 => &open.tx_uuids,
-                1 => &open.answers,
-                2 => &open.entries,
-                3 => &open.payments,
-                4 => &open.transactions,
-                5 => &open.hold_uuids,
+                0 => &open.answers,
+                1 => &open.entries,
+                2 => &open.payments,
+                3 => &open.transactions,
                 _ => &open.entry_times,
             };
             let started = std::time::Instant::now();

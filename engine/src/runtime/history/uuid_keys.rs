@@ -6,12 +6,15 @@
 //! `uuid_key | shard`, in the same write batch as the records that follow it) and read back
 //! from `meta` when the indexer starts or after a batch that did not commit. Skipping an entry
 //! is safe exactly when the uuid opens, under its shard's key, to the record being filed: the
-//! shard that owns the wallet finds it by opening it. Any doubt (no key known yet, another
-//! shard's key) files the entry, which is never wrong, only redundant.
+//! shard that owns the wallet finds it by opening it. The key is looked up by the shard that
+//! logged the record (`JournalEntry::shard`), which is the shard that owns every wallet its
+//! events name (apply refuses any other). Any doubt (no key known yet) files the entry, which
+//! is never wrong, only redundant. A second, different key for a shard is refused, as apply
+//! refuses it: overwriting the first would lose the uuids it sealed.
 
 use std::collections::HashMap;
 
-use crate::runtime::history::store::{Open, StoreError};
+use crate::runtime::history::store::{HistoryStore, Open, StoreError};
 use crate::values::ids::{Uuid, UuidKind};
 use crate::values::sealed::UuidKey;
 
@@ -62,16 +65,23 @@ impl UuidKeys {
         Ok(())
     }
 
-    /// Files shard `shard`'s key and knows it from now on.
+    /// Files shard `shard`'s key and knows it from now on; refuses a key other than the one
+    /// already filed.
     pub(crate) fn file(
         &mut self,
         open: &Open,
         writes: &mut fjall::OwnedWriteBatch,
         shard: u32,
         key: UuidKey,
-    ) {
+    ) -> Result<(), StoreError> {
+        if self.by_shard.get(&shard).is_some_and(|filed| *filed != key) {
+            return Err(StoreError::Rule(format!(
+                "shard {shard}'s uuid key was chosen already: the log and the store disagree"
+            )));
+        }
         writes.insert(&open.meta, meta_key(shard), key.0.to_vec());
         self.by_shard.insert(shard, key);
+        Ok(())
     }
 
     /// Whether `uuid` opens, under shard `shard`'s key, to record `id` of `kind` in `wallet`:
@@ -86,5 +96,17 @@ impl UuidKeys {
         self.by_shard
             .get(&shard)
             .is_some_and(|key| key.sealed(kind, wallet, id, uuid))
+    }
+}
+
+impl HistoryStore {
+    /// Shard `shard`'s uuid key as the indexer filed it (`replay --verify` compares it with the
+    /// shard's).
+    pub(crate) fn uuid_key(&self, shard: u32) -> Result<Option<UuidKey>, StoreError> {
+        self.with(|open| {
+            let mut keys = UuidKeys::default();
+            keys.load(open)?;
+            Ok(keys.by_shard.get(&shard).copied())
+        })
     }
 }
