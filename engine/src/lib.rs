@@ -70,8 +70,8 @@ pub mod shard;
 pub mod values;
 
 pub use shard::{
-    decode, encode, Command, Context, Event, Outcome, Page, Paged, Shard, IDLE_WALLET_BYTES_BUDGET,
-    SNAPSHOT_FORMAT_VERSION,
+    decode, encode, Command, Context, Event, Outcome, Page, Paged, Presence, Shard,
+    IDLE_WALLET_BYTES_BUDGET, SNAPSHOT_FORMAT_VERSION,
 };
 pub use values::currency::Currency;
 pub use values::error::{

@@ -222,8 +222,9 @@ pub async fn get_payment_link(app: &SharedApp, call: &Call) -> Handled {
     let uuid = call.uuid_param("linkUuid", "payment link")?;
     let shard = app
         .engine
-        // A store that cannot answer says yes: the read below then answers unavailable.
-        .find(uuid, |s, u| !matches!(s.payment_link(u), Ok(None)))
+        // A store that cannot answer there routes the read to that shard, which answers
+        // unavailable, unless another shard has the link.
+        .find(uuid, |s, u| engine::Presence::of(s.payment_link(u)))
         .await
         .map_err(engine_error)?;
     let now_ms = app.now_ms();

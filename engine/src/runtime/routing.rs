@@ -6,7 +6,7 @@ use crate::runtime::config::EngineError;
 use crate::runtime::engine::Engine;
 use crate::runtime::journal::IdempotencyRecord;
 use crate::shard::command::Command;
-use crate::shard::state::Shard;
+use crate::shard::state::{Presence, Shard};
 use crate::values::ids::{owner_shard, shard_of, Uuid, WalletId};
 
 impl Engine {
@@ -146,22 +146,28 @@ impl Engine {
             command => self.home(command),
         })
     }
-    /// The shard for which `has(shard, uuid)` holds; 0 when none. Uses [`Engine::peek_shard`]:
-    /// where a uuid lives never changes once it is written.
+    /// The shard where `has(shard, uuid)` is [`Presence::Here`]; else the first shard that
+    /// could not tell ([`Presence::Unknown`]: a store read failed there, and the command is
+    /// refused there as unavailable rather than as not found); else 0. A shard that could not
+    /// tell does not hide the one that holds the record. Uses [`Engine::peek_shard`]: where a
+    /// uuid lives never changes once it is written.
     pub async fn find(
         &self,
         uuid: Uuid,
-        has: fn(&Shard, Uuid) -> bool,
+        has: fn(&Shard, Uuid) -> Presence,
     ) -> Result<u32, EngineError> {
         if self.shard_count() == 1 {
             return Ok(0);
         }
+        let mut unknown = None;
         for shard in 0..self.shard_count() {
-            if self.peek_shard(shard, move |s| has(s, uuid)).await? {
-                return Ok(shard);
+            match self.peek_shard(shard, move |s| has(s, uuid)).await? {
+                Presence::Here => return Ok(shard),
+                Presence::Unknown => unknown = unknown.or(Some(shard)),
+                Presence::Absent => {}
             }
         }
-        Ok(0)
+        Ok(unknown.unwrap_or(0))
     }
     /// The shard of a command that is one message to one shard, known without a lookup: it can
     /// be sent to the shard's actor from the caller's thread. Once the message is in the

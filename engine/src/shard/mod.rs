@@ -36,4 +36,4 @@ pub(crate) mod state;
 pub use command::{Command, Context, Outcome, Page, Paged};
 pub use event::{decode, encode, Event};
 pub use snapshot::SNAPSHOT_FORMAT_VERSION;
-pub use state::{Shard, IDLE_WALLET_BYTES_BUDGET};
+pub use state::{Presence, Shard, IDLE_WALLET_BYTES_BUDGET};

@@ -25,7 +25,7 @@ use crate::commerce::payment::{
 };
 use crate::ledger::transfer::{IncomingTransfer, OutgoingTransfer, TransferState, TransitTotals};
 use crate::shard::cold::unavailable;
-use crate::shard::state::Shard;
+use crate::shard::state::{Presence, Shard};
 use crate::values::currency::Currency;
 use crate::values::error::ApplyError;
 use crate::values::error::Rejection;
@@ -258,23 +258,23 @@ impl Shard {
         }))
     }
 
-    /// Whether outgoing transfer `uuid` is this shard's (in memory or filed); a store that
-    /// cannot answer says yes, so the command is refused as unavailable rather than not found.
+    /// Whether outgoing transfer `uuid` is this shard's, in memory or filed (see
+    /// [`Presence`]).
     #[must_use]
-    pub fn holds_outgoing(&self, uuid: Uuid) -> bool {
-        match self.outgoing_record(uuid) {
-            Ok(found) => found.is_some_and(|transfer| self.owns(transfer.source_wallet_id)),
-            Err(_) => true,
-        }
+    pub fn holds_outgoing(&self, uuid: Uuid) -> Presence {
+        Presence::of(
+            self.outgoing_record(uuid)
+                .map(|found| found.filter(|transfer| self.owns(transfer.source_wallet_id))),
+        )
     }
 
     /// Whether payment reservation `uuid` is this shard's (see [`Shard::holds_outgoing`]).
     #[must_use]
-    pub fn holds_reservation(&self, uuid: Uuid) -> bool {
-        match self.reservation_record(uuid) {
-            Ok(found) => found.is_some_and(|reservation| self.owns(reservation.source_wallet_id)),
-            Err(_) => true,
-        }
+    pub fn holds_reservation(&self, uuid: Uuid) -> Presence {
+        Presence::of(
+            self.reservation_record(uuid)
+                .map(|found| found.filter(|reservation| self.owns(reservation.source_wallet_id))),
+        )
     }
 
     // ----- in apply -----

@@ -64,6 +64,29 @@ use crate::values::ids::{
 };
 use crate::values::sealed::UuidKey;
 
+/// Whether a shard holds a record, as routing asks every shard for one named by uuid.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Presence {
+    Here,
+    Absent,
+    /// The store could not be read: the record may be here. Routing prefers a shard that
+    /// answered [`Presence::Here`], and else sends the command to this one, where it is refused
+    /// as unavailable rather than as not found.
+    Unknown,
+}
+
+impl Presence {
+    /// What a lookup on this shard found.
+    #[must_use]
+    pub fn of<T>(found: Result<Option<T>, Rejection>) -> Self {
+        match found {
+            Ok(Some(_)) => Presence::Here,
+            Ok(None) => Presence::Absent,
+            Err(_) => Presence::Unknown,
+        }
+    }
+}
+
 /// Target resident bytes of an idle wallet, including its index slots.
 pub const IDLE_WALLET_BYTES_BUDGET: usize = 200;
 
@@ -409,17 +432,16 @@ impl Shard {
         Some((wallet, id))
     }
 
-    /// Whether this shard holds the transaction with this uuid; a store that cannot answer says
-    /// yes, so the command is routed here and refused as unavailable rather than as not found.
+    /// Whether this shard holds the transaction with this uuid (see [`Presence`]).
     #[must_use]
-    pub fn holds_transaction(&self, uuid: Uuid) -> bool {
-        !matches!(self.locate_transaction(uuid), Ok(None))
+    pub fn holds_transaction(&self, uuid: Uuid) -> Presence {
+        Presence::of(self.locate_transaction(uuid))
     }
 
-    /// Whether this shard holds the hold with this uuid (see `holds_transaction`).
+    /// Whether this shard holds the hold with this uuid (see [`Presence`]).
     #[must_use]
-    pub fn holds_hold(&self, uuid: Uuid) -> bool {
-        !matches!(self.locate_hold(uuid), Ok(None))
+    pub fn holds_hold(&self, uuid: Uuid) -> Presence {
+        Presence::of(self.locate_hold(uuid))
     }
 
     /// A record from memory if it is there, else from the store (a shard with one).

@@ -91,3 +91,30 @@ async fn a_history_read_waits_for_its_own_wallets_records_only() {
     assert_eq!(page.records[0].amount, Decimal::new(250, 2));
     engine.shutdown().unwrap();
 }
+
+/// Routing by uuid: the shard that holds the record wins over one whose store could not tell,
+/// which in turn wins over the default (so a command there is refused as unavailable, not as
+/// not found).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn routing_by_uuid_prefers_the_holder_to_a_shard_that_could_not_tell() {
+    use crate::Presence;
+    let dir = tempfile::tempdir().unwrap();
+    let engine = open(dir.path(), Arc::new(SeededClock::new(23, START_MS)));
+    let uuid = crate::Uuid([5; 16]);
+    let found = |has: fn(&crate::Shard, crate::Uuid) -> Presence| {
+        let engine = engine.clone();
+        async move { engine.find(uuid, has).await.unwrap() }
+    };
+    let holder_after_unknown = |s: &crate::Shard, _| match s.shard_index() {
+        0 => Presence::Unknown,
+        _ => Presence::Here,
+    };
+    assert_eq!(found(holder_after_unknown).await, 1);
+    let unknown_only = |s: &crate::Shard, _| match s.shard_index() {
+        1 => Presence::Unknown,
+        _ => Presence::Absent,
+    };
+    assert_eq!(found(unknown_only).await, 1);
+    assert_eq!(found(|_, _| Presence::Absent).await, 0);
+    engine.shutdown().unwrap();
+}

@@ -79,11 +79,10 @@ impl Shard {
         Ok(found.filter(|payment| self.owns(payment.merchant_wallet_id)))
     }
 
-    /// Whether this shard holds the payment with this uuid; a store that cannot answer says yes,
-    /// so the request is routed here and refused as unavailable rather than as not found.
+    /// Whether this shard holds the payment with this uuid (see [`Presence`]).
     #[must_use]
-    pub fn holds_payment(&self, uuid: Uuid) -> bool {
-        !matches!(self.payment(uuid), Ok(None))
+    pub fn holds_payment(&self, uuid: Uuid) -> crate::shard::state::Presence {
+        crate::shard::state::Presence::of(self.payment(uuid))
     }
 
     /// The payment with this uuid (`PaymentResult` source).
