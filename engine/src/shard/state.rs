@@ -381,55 +381,58 @@ impl Shard {
             .copied()
     }
 
-    /// Where the transaction with this uuid lives, if on this shard: in memory, or where its
-    /// sealed uuid says if the record there has this uuid (`values::sealed`), or in the history
-    /// store's uuid index (uuids derived before the shard's key).
+    /// Where the transaction with this uuid lives, if on this shard (see `locate_record`).
     pub fn locate_transaction(
         &self,
         uuid: Uuid,
     ) -> Result<Option<(WalletId, TransactionId)>, Rejection> {
-        if let Some(&(wallet_id, id)) = self.index.transactions.get(&uuid) {
-            return Ok(self.owns(wallet_id).then_some((wallet_id, id)));
-        }
-        if let Some((wallet, id)) = self.sealed_wallet(UuidKind::Transaction, uuid) {
-            let id = TransactionId(id);
-            if let Some(found) = self.transaction_record(wallet, id)? {
-                if found.uuid == uuid {
-                    return Ok(Some((wallet.id(), id)));
-                }
-            }
-        }
-        let found = self.hot_or_filed(None, |store| store.locate_transaction(uuid))?;
-        Ok(found
-            .map(Cow::into_owned)
-            .filter(|(wallet_id, _)| self.owns(*wallet_id)))
+        self.locate_record(
+            (UuidKind::Transaction, uuid),
+            self.index.transactions.get(&uuid),
+            TransactionId,
+            |wallet, id| Ok(self.transaction_record(wallet, id)?.map(|found| found.uuid)),
+            |store| store.locate_transaction(uuid),
+        )
     }
 
-    /// Where the hold with this uuid lives, if on this shard (see `locate_transaction`).
+    /// Where the hold with this uuid lives, if on this shard (see `locate_record`).
     pub fn locate_hold(&self, uuid: Uuid) -> Result<Option<(WalletId, HoldId)>, Rejection> {
-        if let Some(&(wallet_id, id)) = self.index.holds.get(&uuid) {
+        self.locate_record(
+            (UuidKind::Hold, uuid),
+            self.index.holds.get(&uuid),
+            HoldId,
+            |wallet, id| Ok(self.hold_record(wallet, id)?.map(|found| found.uuid)),
+            |store| store.locate_hold(uuid),
+        )
+    }
+
+    /// Where the record of `kind` named `uuid` lives, if on this shard: in memory (`hot`), or
+    /// where the uuid opens to under the shard's key (`values::sealed`), kept only if the record
+    /// there has this very uuid (`uuid_at`; any bits open to *some* record), or in the history
+    /// store's uuid index (`filed`: uuids derived before the shard's key).
+    fn locate_record<I: Copy>(
+        &self,
+        (kind, uuid): (UuidKind, Uuid),
+        hot: Option<&(WalletId, I)>,
+        id_of: fn(u64) -> I,
+        uuid_at: impl Fn(&Wallet, I) -> Result<Option<Uuid>, Rejection>,
+        filed: impl FnOnce(&dyn ColdHistory) -> ColdResult<Option<(WalletId, I)>>,
+    ) -> Result<Option<(WalletId, I)>, Rejection> {
+        if let Some(&(wallet_id, id)) = hot {
             return Ok(self.owns(wallet_id).then_some((wallet_id, id)));
         }
-        if let Some((wallet, id)) = self.sealed_wallet(UuidKind::Hold, uuid) {
-            let id = HoldId(id);
-            if let Some(found) = self.hold_record(wallet, id)? {
-                if found.uuid == uuid {
-                    return Ok(Some((wallet.id(), id)));
-                }
+        let opened = self.uuid_key.and_then(|key| key.open_as(kind, uuid));
+        if let Some((wallet, id)) =
+            opened.and_then(|(wallet, id)| Some((self.wallet(WalletId(wallet))?, id_of(id))))
+        {
+            if uuid_at(wallet, id)? == Some(uuid) {
+                return Ok(Some((wallet.id(), id)));
             }
         }
-        let found = self.hot_or_filed(None, |store| store.locate_hold(uuid))?;
+        let found = self.hot_or_filed(None, filed)?;
         Ok(found
             .map(Cow::into_owned)
             .filter(|(wallet_id, _)| self.owns(*wallet_id)))
-    }
-
-    /// The wallet of this shard and the record id a uuid of `kind` opens to under the shard's
-    /// key: a candidate, until the record's own uuid is compared.
-    fn sealed_wallet(&self, kind: UuidKind, uuid: Uuid) -> Option<(&Wallet, u64)> {
-        let (wallet_id, id) = self.uuid_key?.open_as(kind, uuid)?;
-        let wallet = self.wallet(WalletId(wallet_id))?;
-        Some((wallet, id))
     }
 
     /// Whether this shard holds the transaction with this uuid (see [`Presence`]).

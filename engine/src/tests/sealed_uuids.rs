@@ -42,6 +42,17 @@ fn hold_uuid(outcome: Outcome) -> Uuid {
     }
 }
 
+/// Files `events` as WAL record `lsn` of shard 0, by an indexer that starts with nothing in
+/// memory (as after a restart: it reads the keys it needs from the store).
+fn file_by_a_fresh_indexer(store: &HistoryStore, lsn: u64, events: Vec<Event>) {
+    file_batch(
+        store,
+        &[Filed::events(lsn, events)],
+        &mut ChainHeads::default(),
+    )
+    .unwrap();
+}
+
 /// The shard reads records that left memory from `store`.
 fn evict_to(h: &mut Harness, store: &Arc<HistoryStore>) {
     h.shard.set_recall(Recall::Store(store.clone()));
@@ -65,12 +76,7 @@ fn records_with_sealed_uuids_are_found_without_an_index_entry() {
     let (sent_wallet, sent_id) = key.open_as(UuidKind::Transaction, sent).unwrap();
     assert_eq!(sent_wallet, a.0, "the transfer's debit is a's");
 
-    file_batch(
-        &store,
-        &[Filed::events(1, h.log.clone())],
-        &mut ChainHeads::default(),
-    )
-    .unwrap();
+    file_by_a_fresh_indexer(&store, 1, h.log.clone());
     assert_eq!(
         store.uuid_index_len().unwrap(),
         (0, 0),
@@ -156,12 +162,7 @@ fn uuids_derived_before_the_key_are_found_through_the_index() {
             wallet.holds().first().unwrap().uuid,
         )
     };
-    file_batch(
-        &store,
-        &[Filed::events(1, old_log)],
-        &mut ChainHeads::default(),
-    )
-    .unwrap();
+    file_by_a_fresh_indexer(&store, 1, old_log);
     assert_eq!(store.uuid_index_len().unwrap(), (1, 1));
 
     // This release on that state: the next transaction chooses the key and is sealed. Each
@@ -173,20 +174,10 @@ fn uuids_derived_before_the_key_are_found_through_the_index() {
     assert!(first
         .iter()
         .any(|event| matches!(event, Event::UuidKeyChosen { .. })));
-    file_batch(
-        &store,
-        &[Filed::events(2, first)],
-        &mut ChainHeads::default(),
-    )
-    .unwrap();
+    file_by_a_fresh_indexer(&store, 2, first);
     let mark = h.log.len();
     let newest = transaction_uuid(h.ok(super::withdraw(a, "2")));
-    file_batch(
-        &store,
-        &[Filed::events(3, h.log[mark..].to_vec())],
-        &mut ChainHeads::default(),
-    )
-    .unwrap();
+    file_by_a_fresh_indexer(&store, 3, h.log[mark..].to_vec());
     assert_eq!(
         store.uuid_index_len().unwrap(),
         (1, 1),
