@@ -493,6 +493,8 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         snapshot_lsn = ?report.snapshot_lsn,
         transfers_completed = report.transfers_completed,
         payment_moves_completed = report.payment_moves_completed,
+        batches_completed = report.batches_completed,
+        batches_released = report.batches_released,
         took_ms = report.elapsed.as_millis() as u64,
         "recovered"
     );
@@ -678,6 +680,14 @@ fn replay(args: &ReplayArgs) -> anyhow::Result<()> {
         println!(
             "finished {} interrupted cross-shard payment steps",
             report.payment_moves_completed
+        );
+    }
+    if report.batches_completed + report.batches_released > 0 {
+        println!(
+            "settled {} interrupted atomic transfer batches: {} completed, {} released",
+            report.batches_completed + report.batches_released,
+            report.batches_completed,
+            report.batches_released
         );
     }
     for moved in &report.quarantined {

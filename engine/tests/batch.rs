@@ -183,3 +183,164 @@ async fn an_atomic_batch_that_fails_leaves_the_money_where_it_was() {
     assert_eq!(balance(&engine, payer).await, Decimal::new(10_000, 2));
     engine.check_invariants().await.unwrap();
 }
+
+fn open_sharded(dir: &std::path::Path, shards: u32) -> Engine {
+    let mut config = config(dir);
+    config.shard_count = shards;
+    let clock = Arc::new(SeededClock::new(16, 1_700_000_000_000));
+    Engine::open(config, clock, Arc::new(NoRenderer)).unwrap().0
+}
+
+/// Funded wallets until each of `shards` shards has `per_shard` of them, by shard.
+async fn wallets_by_shard(engine: &Engine, shards: u32, per_shard: usize) -> Vec<Vec<WalletId>> {
+    let mut by_shard: Vec<Vec<WalletId>> = (0..shards).map(|_| Vec::new()).collect();
+    let mut owner = 0;
+    while by_shard.iter().any(|wallets| wallets.len() < per_shard) {
+        owner += 1;
+        let wallet = funded_wallet(engine, owner, 10_000).await;
+        by_shard[engine.shard_of_wallet(wallet) as usize].push(wallet);
+    }
+    by_shard
+}
+
+fn all_balances(engine: &Engine, wallets: &[Vec<WalletId>]) -> impl Future<Output = Vec<Decimal>> {
+    let engine = engine.clone();
+    let wallets: Vec<WalletId> = wallets.iter().flatten().copied().collect();
+    async move {
+        let mut found = Vec::new();
+        for wallet in wallets {
+            found.push(balance(&engine, wallet).await);
+        }
+        found
+    }
+}
+
+use std::future::Future;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_atomic_batch_across_shards_prepares_once_per_source_shard_and_posts_every_item() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = open_sharded(dir.path(), 4);
+    let w = wallets_by_shard(&engine, 4, 2).await;
+    let before = engine.lsns().0;
+    let items = vec![
+        BatchItem::Transfer(transfer(w[0][0], w[0][1], 1_000)), // same shard
+        BatchItem::Transfer(transfer(w[0][0], w[2][0], 2_000)),
+        BatchItem::Transfer(transfer(w[1][0], w[3][0], 3_000)),
+        BatchItem::Transfer(transfer(w[1][0], w[0][0], 500)),
+    ];
+    let answer = engine.execute_batch(items, true).await.unwrap();
+    assert_eq!(answer.failed, None);
+    assert!(answer
+        .items
+        .iter()
+        .all(|item| matches!(item, BatchItemResult::Posted(_))));
+    let expected = [
+        (w[0][0], 10_000 - 3_000 + 500),
+        (w[0][1], 11_000),
+        (w[2][0], 12_000),
+        (w[1][0], 10_000 - 3_500),
+        (w[3][0], 13_000),
+    ];
+    for (wallet, cents) in expected {
+        assert_eq!(balance(&engine, wallet).await, Decimal::new(cents, 2));
+    }
+    engine.check_invariants().await.unwrap();
+    assert_eq!(engine.pending_cross_shard_moves().await.unwrap(), 0);
+    engine.shutdown().unwrap();
+
+    // The prepares: one record per source shard, each its reservations then the mark.
+    let records = entries(dir.path(), before + 1);
+    let prepares: Vec<&JournalEntry> = records
+        .iter()
+        .filter(|r| {
+            r.events
+                .iter()
+                .any(|e| matches!(e, Event::TransferBatchPrepared { .. }))
+        })
+        .collect();
+    assert_eq!(prepares.len(), 2, "one prepare per source shard");
+    for prepare in &prepares {
+        let Some(Event::TransferBatchPrepared {
+            shards, transfers, ..
+        }) = prepare.events.last()
+        else {
+            panic!("the mark ends the prepare record")
+        };
+        assert_eq!(shards, &[0, 1]);
+        assert_eq!(transfers.len(), 2);
+    }
+    let closes = records
+        .iter()
+        .flat_map(|r| &r.events)
+        .filter(|e| matches!(e, Event::TransferBatchClosed { .. }))
+        .count();
+    assert_eq!(closes, 2, "closed on each source shard");
+    // Replay rebuilds the same balances.
+    let engine = open_sharded(dir.path(), 4);
+    for (wallet, cents) in expected {
+        assert_eq!(balance(&engine, wallet).await, Decimal::new(cents, 2));
+    }
+    engine.check_invariants().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_atomic_batch_across_shards_that_fails_moves_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = open_sharded(dir.path(), 4);
+    let w = wallets_by_shard(&engine, 4, 2).await;
+    let untouched = all_balances(&engine, &w).await;
+    // A source refuses in its prepare (the third item overdraws shard 1's wallet): the
+    // reservations of shard 0 are released.
+    let items = vec![
+        BatchItem::Transfer(transfer(w[0][0], w[2][0], 2_000)),
+        BatchItem::Transfer(transfer(w[1][0], w[3][0], 6_000)),
+        BatchItem::Transfer(transfer(w[1][0], w[3][0], 6_000)),
+    ];
+    let answer = engine.execute_batch(items, true).await.unwrap();
+    assert_eq!(answer.failed, Some(2));
+    assert_eq!(
+        answer.items[2],
+        BatchItemResult::Rejected(Rejection::InsufficientFunds)
+    );
+    assert_eq!(answer.items[0], BatchItemResult::NotPosted);
+    assert_eq!(all_balances(&engine, &w).await, untouched);
+    engine.check_invariants().await.unwrap();
+
+    // A frozen target: refused before anything is reserved; an earlier overdraft is named
+    // first, and an overdraft after the frozen target is not.
+    engine
+        .execute(Command::FreezeWallet { wallet_id: w[3][1] })
+        .await
+        .unwrap();
+    let before = engine.lsns().0;
+    let items = vec![
+        BatchItem::Transfer(transfer(w[0][0], w[2][0], 2_000)),
+        BatchItem::Transfer(transfer(w[1][0], w[3][1], 1_000)),
+        BatchItem::Transfer(transfer(w[2][1], w[0][1], 90_000)),
+    ];
+    let answer = engine.execute_batch(items, true).await.unwrap();
+    assert_eq!(answer.failed, Some(1));
+    assert_eq!(
+        answer.items[1],
+        BatchItemResult::Rejected(Rejection::WalletFrozen)
+    );
+    let items = vec![
+        BatchItem::Transfer(transfer(w[0][0], w[2][0], 9_000)),
+        BatchItem::Transfer(transfer(w[0][0], w[2][0], 9_000)),
+        BatchItem::Transfer(transfer(w[1][0], w[3][1], 1_000)),
+    ];
+    let answer = engine.execute_batch(items, true).await.unwrap();
+    assert_eq!(answer.failed, Some(1), "the second item overdraws first");
+    assert_eq!(
+        answer.items[1],
+        BatchItemResult::Rejected(Rejection::InsufficientFunds)
+    );
+    assert_eq!(engine.lsns().0, before, "a doomed batch logs nothing");
+    assert_eq!(all_balances(&engine, &w).await, untouched);
+    engine.check_invariants().await.unwrap();
+    engine.shutdown().unwrap();
+    let engine = open_sharded(dir.path(), 4);
+    assert_eq!(all_balances(&engine, &w).await, untouched);
+    engine.check_invariants().await.unwrap();
+}

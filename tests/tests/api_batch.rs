@@ -178,10 +178,10 @@ fn cross_shard_items_post_on_four_shards() {
         &json!({ "transfers": transfers }).to_string(),
         200,
     );
-    let codes = codes(&answer);
-    assert_eq!(codes.len(), count);
-    assert!(codes[..count - 1].iter().all(|c| c == "ok"), "{answer}");
-    assert_eq!(codes[count - 1], "currency_mismatch", "{answer}");
+    let each = codes(&answer);
+    assert_eq!(each.len(), count);
+    assert!(each[..count - 1].iter().all(|c| c == "ok"), "{answer}");
+    assert_eq!(each[count - 1], "currency_mismatch", "{answer}");
     let paid = Decimal::from(3) * Decimal::from((count - 1) as u64);
     assert_eq!(balance(&server, payer.wallet_id), dec("100.00") - paid);
     for customers in &by_shard {
@@ -191,19 +191,82 @@ fn cross_shard_items_post_on_four_shards() {
             }
         }
     }
-    // Atomic across shards is refused whole (docs/transfer-batches.md), nothing posted.
+    // Atomic across shards: every item posts, the one whose target is on the payer's shard
+    // included.
+    let before = balance(&server, payer.wallet_id);
     let body = json!({"atomic": true, "transfers": [
         item(payer.wallet_id, by_shard[0][1].wallet_id, "1.00"),
-        item(payer.wallet_id, by_shard[2][0].wallet_id, "1.00"),
+        item(payer.wallet_id, by_shard[2][0].wallet_id, "2.00"),
+        item(payer.wallet_id, by_shard[3][0].wallet_id, "3.00"),
     ]});
-    let refused = server.post(BATCH, Some(&payer.token), &body.to_string());
+    let answer = server.post_expect(BATCH, Some(&payer.token), &body.to_string(), 200);
+    assert_eq!(codes(&answer), ["ok", "ok", "ok"], "{answer}");
+    assert_eq!(
+        answer["data"]["results"][1]["data"]["wallet_id"],
+        payer.wallet_id
+    );
+    assert_eq!(balance(&server, payer.wallet_id), before - dec("6.00"));
+    assert_eq!(balance(&server, by_shard[0][1].wallet_id), dec("104.00"));
+    assert_eq!(balance(&server, by_shard[2][0].wallet_id), dec("105.00"));
+    assert_eq!(balance(&server, by_shard[3][0].wallet_id), dec("106.00"));
+    // Sources on several shards (an admin moves money out of each): one overdraws, none posts.
+    let admin = server.admin_token();
+    let snapshot = |server: &Server| -> Vec<Decimal> {
+        by_shard
+            .iter()
+            .flatten()
+            .map(|c| balance(server, c.wallet_id))
+            .collect()
+    };
+    let untouched = snapshot(&server);
+    let body = json!({"atomic": true, "transfers": [
+        item(by_shard[1][0].wallet_id, by_shard[2][1].wallet_id, "5.00"),
+        item(by_shard[2][0].wallet_id, by_shard[1][1].wallet_id, "5.00"),
+        item(by_shard[3][0].wallet_id, by_shard[0][1].wallet_id, "5000.00"),
+    ]});
+    let refused = server.post(BATCH, Some(&admin), &body.to_string());
     assert_eq!(refused.status, 422, "{}", refused.text());
-    assert_eq!(balance(&server, payer.wallet_id), dec("100.00") - paid);
-    // Atomic with every wallet on one shard posts even with 4 shards.
+    let refused = refused.json();
+    assert_eq!(refused["error"]["code"], "insufficient_funds", "{refused}");
+    assert_eq!(refused["error"]["details"]["failed_index"], 2);
+    assert_eq!(snapshot(&server), untouched, "an aborted batch moved money");
+    // A frozen target refuses the batch before anything is reserved; an earlier item that
+    // overdraws is named first, as the items run in order would.
+    let frozen = by_shard[3][1].wallet_id;
+    server.post_expect(
+        &format!("/v1/wallets/{frozen}/freeze"),
+        Some(&admin),
+        "",
+        200,
+    );
+    let body = json!({"atomic": true, "transfers": [
+        item(by_shard[1][0].wallet_id, by_shard[2][1].wallet_id, "5.00"),
+        item(by_shard[2][0].wallet_id, frozen, "5.00"),
+    ]});
+    let refused = server.post(BATCH, Some(&admin), &body.to_string()).json();
+    assert_eq!(refused["error"]["code"], "wallet_frozen", "{refused}");
+    assert_eq!(refused["error"]["details"]["failed_index"], 1);
+    let body = json!({"atomic": true, "transfers": [
+        item(by_shard[1][0].wallet_id, by_shard[2][1].wallet_id, "5000.00"),
+        item(by_shard[2][0].wallet_id, frozen, "5.00"),
+    ]});
+    let refused = server.post(BATCH, Some(&admin), &body.to_string()).json();
+    assert_eq!(refused["error"]["code"], "insufficient_funds", "{refused}");
+    assert_eq!(refused["error"]["details"]["failed_index"], 0);
+    assert_eq!(snapshot(&server), untouched, "a refused batch moved money");
+    // Atomic with every wallet on one shard posts as before.
     let body = json!({"atomic": true, "transfers": [
         item(payer.wallet_id, by_shard[0][1].wallet_id, "1.00"),
     ]});
     server.post_expect(BATCH, Some(&payer.token), &body.to_string(), 200);
+    let auditor = server.create_employee(PLATFORM_BUSINESS_ID, &["restricted_auditor"]);
+    for customer in by_shard.iter().flatten() {
+        let report = server.get_ok(
+            &format!("/v1/wallets/{}/verify-integrity", customer.wallet_id),
+            &auditor.token,
+        );
+        assert_eq!(report["data"]["valid"], Value::Bool(true), "{report}");
+    }
 }
 
 #[test]
@@ -269,10 +332,11 @@ fn malformed_and_oversized_batches_are_refused_whole() {
     assert_eq!(balance(&server, alice.wallet_id), dec("18.10"));
 }
 
-/// The crash drill for batches: threads send non-atomic batches across 4 shards (and atomic
-/// ones inside shard 0); the server is SIGKILLed mid-load; after a restart every acknowledged
-/// item is applied, money is conserved, every atomic batch is all or nothing, every ledger
-/// verifies, and `walletd replay --verify` rebuilds the same state.
+/// The crash drill for batches: threads send non-atomic batches across 4 shards, atomic ones
+/// inside shard 0 and atomic ones whose two sources and two targets are on four shards; the
+/// server is SIGKILLed mid-load; after a restart every acknowledged item is applied, money is
+/// conserved, every atomic batch is all or nothing, every ledger verifies, and `walletd replay
+/// --verify` rebuilds the same state.
 #[test]
 fn sigkill_mid_batch_loses_no_acknowledged_item_and_halves_no_atomic_batch() {
     const THREADS: usize = 4;
@@ -281,14 +345,29 @@ fn sigkill_mid_batch_loses_no_acknowledged_item_and_halves_no_atomic_batch() {
         ..Options::default()
     });
     let by_shard = spread(&server, 4, 3, "1000.00");
-    // The first two wallets of shard 0 take only atomic batches; the others only non-atomic ones.
+    assert!(by_shard.iter().all(|wallets| wallets.len() >= 3));
+    // The first two wallets of shard 0 take only atomic batches inside the shard, the first
+    // wallet of each other shard and the second of shard 0 only atomic ones across shards
+    // (a → b and c → d); the others only non-atomic ones.
     let pair = (by_shard[0][0].clone(), by_shard[0][1].clone());
+    let quartet = [
+        by_shard[1][0].clone(),
+        by_shard[2][0].clone(),
+        by_shard[3][0].clone(),
+        by_shard[0][2].clone(),
+    ];
+    let atomic_ids: Vec<u64> = [&pair.0, &pair.1]
+        .into_iter()
+        .chain(quartet.iter())
+        .map(|c| c.wallet_id)
+        .collect();
     let wallets: Vec<Customer> = by_shard
         .iter()
         .flatten()
-        .filter(|c| c.wallet_id != pair.0.wallet_id && c.wallet_id != pair.1.wallet_id)
+        .filter(|c| !atomic_ids.contains(&c.wallet_id))
         .cloned()
         .collect();
+    let admin_token = server.admin_token();
     let initial: Decimal = wallets.iter().map(|c| balance(&server, c.wallet_id)).sum();
     let acked = Arc::new(Mutex::new(Vec::<(usize, String)>::new()));
     let stop = Arc::new(AtomicBool::new(false));
@@ -297,6 +376,8 @@ fn sigkill_mid_batch_loses_no_acknowledged_item_and_halves_no_atomic_batch() {
     for thread in 0..THREADS {
         let wallets = wallets.clone();
         let pair = pair.clone();
+        let quartet = quartet.clone();
+        let admin_token = admin_token.clone();
         let acked = Arc::clone(&acked);
         let stop = Arc::clone(&stop);
         threads.push(std::thread::spawn(move || {
@@ -304,19 +385,22 @@ fn sigkill_mid_batch_loses_no_acknowledged_item_and_halves_no_atomic_batch() {
             while !stop.load(Ordering::Relaxed) {
                 round += 1;
                 let payer = &wallets[(thread + round) % wallets.len()];
-                let (body, atomic) = if round.is_multiple_of(3) {
+                let (body, token) = if round.is_multiple_of(3) {
                     // Atomic inside shard 0: 0.30 moves, or nothing.
                     let (a, b) = (&pair.0, &pair.1);
-                    (json!({"atomic": true, "transfers": [item(a.wallet_id, b.wallet_id, "0.10"), item(a.wallet_id, b.wallet_id, "0.20")]}), true)
+                    (json!({"atomic": true, "transfers": [item(a.wallet_id, b.wallet_id, "0.10"), item(a.wallet_id, b.wallet_id, "0.20")]}), &pair.0.token)
+                } else if round % 3 == 1 {
+                    // Atomic across four shards: a → b 0.10 and c → d 0.20, both or neither.
+                    let [a, b, c, d] = &quartet;
+                    (json!({"atomic": true, "transfers": [item(a.wallet_id, b.wallet_id, "0.10"), item(c.wallet_id, d.wallet_id, "0.20")]}), &admin_token)
                 } else {
                     let transfers: Vec<Value> = wallets
                         .iter()
                         .filter(|c| c.wallet_id != payer.wallet_id)
                         .map(|c| item(payer.wallet_id, c.wallet_id, "0.01"))
                         .collect();
-                    (json!({ "transfers": transfers }), false)
+                    (json!({ "transfers": transfers }), &payer.token)
                 };
-                let token = if atomic { &pair.0.token } else { &payer.token };
                 let authorization = format!("Bearer {token}");
                 let sent = walletd_tests::http::send(
                     address,
@@ -384,8 +468,26 @@ fn sigkill_mid_batch_loses_no_acknowledged_item_and_halves_no_atomic_batch() {
         (moved % dec("0.30")).is_zero(),
         "an atomic batch was half applied: {moved} moved"
     );
+    let [a, b, c, d] = &quartet;
+    let sent_ab = dec("1000.00") - balance(&server, a.wallet_id);
+    let sent_cd = dec("1000.00") - balance(&server, c.wallet_id);
+    assert_eq!(balance(&server, b.wallet_id), dec("1000.00") + sent_ab);
+    assert_eq!(balance(&server, d.wallet_id), dec("1000.00") + sent_cd);
+    assert_eq!(
+        sent_ab * dec("2"),
+        sent_cd,
+        "an atomic batch across shards was half applied: {sent_ab} and {sent_cd} moved"
+    );
+    assert!(
+        sent_ab > Decimal::ZERO,
+        "no atomic batch across shards ran before the kill"
+    );
     let auditor = server.create_employee(PLATFORM_BUSINESS_ID, &["restricted_auditor"]);
-    for customer in wallets.iter().chain([&pair.0, &pair.1]) {
+    for customer in wallets
+        .iter()
+        .chain([&pair.0, &pair.1])
+        .chain(quartet.iter())
+    {
         let report = server.get_ok(
             &format!("/v1/wallets/{}/verify-integrity", customer.wallet_id),
             &auditor.token,

@@ -118,3 +118,14 @@ pub(crate) fn settle_move(
     *settled_at_ms = Some(at_ms);
     Ok(())
 }
+
+/// An atomic transfer batch prepared on this shard and not yet closed (`runtime::atomic_batch`):
+/// its transfers here stay `reserved` until the batch commits (every one of `shards` logged its
+/// prepare) or aborts.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PreparedBatch {
+    /// The batch's source shards, sorted.
+    pub shards: Vec<u32>,
+    /// This shard's transfers of the batch, in the batch's order.
+    pub transfers: Vec<Uuid>,
+}

@@ -33,7 +33,7 @@ use super::idempotency::IdempotencyTable;
 use super::journal::{IdempotencyRecord, JournalEntry};
 use crate::identity::directory::{Directory, DirectoryCommand, DirectoryEvent};
 use crate::ledger::view::Holder;
-use crate::shard::command::{Command, Context, Outcome, EXPIRE_BATCH_MAX};
+use crate::shard::command::{BatchMark, Command, Context, Outcome, EXPIRE_BATCH_MAX};
 use crate::shard::event::Event;
 use crate::shard::state::Shard;
 use crate::values::error::{ExecuteError, Rejection};
@@ -669,6 +669,18 @@ pub struct ExecuteBatch {
     pub commands: Vec<(Command, Context)>,
     pub atomic: bool,
     pub claim: Option<Claim>,
+    /// An atomic cross-shard batch's prepare on this shard (`super::atomic_batch`): the
+    /// commands are its reservations, and when all of them stand the shard logs the batch's
+    /// `TransferBatchPrepared` in the same record.
+    pub prepare: Option<BatchPrepare>,
+}
+
+/// Which atomic batch a prepare message belongs to.
+#[derive(Clone, Debug)]
+pub struct BatchPrepare {
+    pub batch: Uuid,
+    /// The batch's source shards, sorted.
+    pub shards: Vec<u32>,
 }
 
 /// What a batch message did, once durable.
@@ -710,12 +722,15 @@ fn compensation(outcome: &Outcome) -> Option<Command> {
 
 impl ShardActor {
     /// Decide and apply a batch's commands in order (see [`ExecuteBatch`]); returns the events
-    /// of all of them, their results and the failing index of an atomic batch.
+    /// of all of them, their results and the failing index of an atomic batch. With `prepare`
+    /// (an atomic cross-shard batch's prepare), the reservations are followed by the batch's
+    /// `TransferBatchPrepared`, inside the same all-or-nothing.
     #[allow(clippy::type_complexity)]
     fn run_batch(
         &mut self,
         commands: &[(Command, Context)],
         atomic: bool,
+        prepare: Option<&BatchPrepare>,
     ) -> Result<
         (
             Vec<crate::shard::event::Event>,
@@ -733,24 +748,7 @@ impl ShardActor {
                     results.push(Ok(outcome));
                 }
                 Err(ExecuteError::Rejected(rejection)) if atomic => {
-                    // Undo what this message applied, newest first: each compensation meets
-                    // exactly the state its command left, so it cannot be refused.
-                    for done in results.iter().rev() {
-                        let Ok(outcome) = done else { continue };
-                        let Some(undo) = compensation(outcome) else {
-                            return Err(
-                                self.fail(format!("an atomic batch cannot undo {outcome:?}"))
-                            );
-                        };
-                        match self.shard.execute(&undo, context) {
-                            Ok((mut undone, _)) => events.append(&mut undone),
-                            Err(error) => {
-                                return Err(self.fail(format!(
-                                    "undoing an atomic batch's command failed: {error}"
-                                )))
-                            }
-                        }
-                    }
+                    self.undo(&results, context, &mut events)?;
                     let mut answer = vec![Err(Rejection::InvalidState("not posted")); index];
                     answer.push(Err(rejection));
                     return Ok((events, answer, Some(index)));
@@ -761,7 +759,57 @@ impl ShardActor {
                 }
             }
         }
+        if let (Some(prepare), Some((_, context))) = (prepare, commands.last()) {
+            let transfers = results
+                .iter()
+                .filter_map(|result| match result {
+                    Ok(Outcome::TransferReserved { transfer, .. }) => Some(transfer.uuid),
+                    _ => None,
+                })
+                .collect();
+            let mark = Command::TransferBatchMark {
+                batch: prepare.batch,
+                mark: BatchMark::Prepared {
+                    shards: prepare.shards.clone(),
+                    transfers,
+                },
+            };
+            match self.shard.execute(&mark, context) {
+                Ok((mut decided, _)) => events.append(&mut decided),
+                Err(error) => {
+                    return Err(self.fail(format!(
+                        "marking an atomic batch prepared after its reservations failed: {error}"
+                    )))
+                }
+            }
+        }
         Ok((events, results, None))
+    }
+
+    /// Undoes the applied commands of an atomic batch, newest first: each compensation meets
+    /// exactly the state its command left, so it cannot be refused (if it is, the shard stops
+    /// and a restart rebuilds it from the log, which never held the batch).
+    fn undo(
+        &mut self,
+        results: &[Result<Outcome, Rejection>],
+        context: &Context,
+        events: &mut Vec<crate::shard::event::Event>,
+    ) -> Result<(), EngineError> {
+        for done in results.iter().rev() {
+            let Ok(outcome) = done else { continue };
+            let Some(undo) = compensation(outcome) else {
+                return Err(self.fail(format!("an atomic batch cannot undo {outcome:?}")));
+            };
+            match self.shard.execute(&undo, context) {
+                Ok((mut undone, _)) => events.append(&mut undone),
+                Err(error) => {
+                    return Err(
+                        self.fail(format!("undoing an atomic batch's command failed: {error}"))
+                    )
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Logs `events` and the claim's record in one entry (nothing when both are empty) and
@@ -799,7 +847,8 @@ impl Handler<ExecuteBatch> for ShardActor {
         if let Some(reason) = &self.failed {
             return Err(EngineError::Unavailable(reason.clone()));
         }
-        let (events, results, failed) = self.run_batch(&message.commands, message.atomic)?;
+        let (events, results, failed) =
+            self.run_batch(&message.commands, message.atomic, message.prepare.as_ref())?;
         let (response, idempotency) = match message.claim {
             Some(Claim { mut record, answer }) => {
                 let response = match answer {

@@ -23,8 +23,9 @@
 //!   one message per source shard reserving (and posting the items that stay on it), one per
 //!   target shard crediting, one per source shard finalizing or releasing. Recovery finishes
 //!   every reserved item exactly as it finishes a single cross-shard transfer.
-//! * Atomic batches whose wallets span shards are refused (`invalid_request`): see
-//!   `docs/transfer-batches.md` for the two-phase design they need.
+//! * Atomic batches whose wallets span shards: reserved on every source shard (one atomic
+//!   message and record each, the batch's prepare), then credited, finalized and closed; the
+//!   prepares are the commit point (`super::atomic_batch`).
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -32,7 +33,8 @@ use std::pin::Pin;
 use std::task::Poll;
 
 use crate::ledger::transfer::OutgoingTransfer;
-use crate::runtime::actor::{Answer, BatchExecuted, Claim, ExecuteBatch, LogAnswer};
+use crate::runtime::actor::{Answer, BatchExecuted, BatchPrepare, Claim, ExecuteBatch, LogAnswer};
+use crate::runtime::atomic_batch::AtomicItem;
 use crate::runtime::config::{unavailable, EngineError, IdempotencyKey, Reply};
 use crate::runtime::engine::{Claimed, Engine};
 use crate::runtime::journal::IdempotencyRecord;
@@ -104,7 +106,9 @@ fn item_result(result: Option<&Result<Outcome, Rejection>>) -> BatchItemResult {
 
 /// Awaits every future, in any order of completion; results in the futures' order. (The engine
 /// does not depend on the `futures` crate for this one helper.)
-async fn join_all<T>(futures: Vec<Pin<Box<dyn Future<Output = T> + Send + '_>>>) -> Vec<T> {
+pub(crate) async fn join_all<T>(
+    futures: Vec<Pin<Box<dyn Future<Output = T> + Send + '_>>>,
+) -> Vec<T> {
     let mut futures: Vec<_> = futures.into_iter().map(Some).collect();
     let mut done: Vec<Option<T>> = futures.iter().map(|_| None).collect();
     std::future::poll_fn(|cx| {
@@ -183,11 +187,12 @@ impl Engine {
     }
 
     /// One message of commands to `shard`, answered once its record is durable.
-    async fn send_batch(
+    /// With `prepare`, an atomic cross-shard batch's prepare there (`super::atomic_batch`).
+    pub(crate) async fn send_batch(
         &self,
         shard: u32,
         commands: Vec<Command>,
-        atomic: bool,
+        (atomic, prepare): (bool, Option<BatchPrepare>),
         claim: Option<Claim>,
     ) -> Result<BatchExecuted, EngineError> {
         let commands: Vec<(Command, Context)> = commands
@@ -201,6 +206,7 @@ impl Engine {
                 commands,
                 atomic,
                 claim,
+                prepare,
             })
             .await
             .map_err(unavailable)??
@@ -213,7 +219,7 @@ impl Engine {
     /// Sends each shard its commands, at most [`BATCH_COMMANDS_PER_RECORD_MAX`] a message (one
     /// after another per shard, the shards at once), and answers each shard's results in order.
     /// The first message to `claim_shard` carries `claim`.
-    async fn send_per_shard(
+    pub(crate) async fn send_per_shard(
         &self,
         by_shard: BTreeMap<u32, Vec<Command>>,
         claim_shard: u32,
@@ -234,7 +240,9 @@ impl Engine {
                         .by_ref()
                         .take(BATCH_COMMANDS_PER_RECORD_MAX)
                         .collect();
-                    let executed = self.send_batch(shard, chunk, false, claim.take()).await?;
+                    let executed = self
+                        .send_batch(shard, chunk, (false, None), claim.take())
+                        .await?;
                     results.extend(executed.results);
                 }
                 Ok::<_, EngineError>((shard, results))
@@ -296,18 +304,28 @@ impl Engine {
                     template: template.clone(),
                 },
             });
-            let executed = self.send_batch(home, commands, atomic, claim).await?;
+            let executed = self
+                .send_batch(home, commands, (atomic, None), claim)
+                .await?;
             let answer = assemble(atomic, template, &executed.results, executed.failed);
             return Ok((answer, executed.response));
         }
-        if atomic {
-            return Err(EngineError::Rejected(Rejection::InvalidRequest(
-                "an atomic batch must keep all its wallets on one shard",
-            )));
-        }
-        let answer = self
-            .run_across(template, transfers, home, record.clone())
-            .await?;
+        let answer = if atomic {
+            let items = transfers
+                .into_iter()
+                .map(|(position, args, source, target)| AtomicItem {
+                    position,
+                    args,
+                    source,
+                    target,
+                })
+                .collect();
+            self.run_atomic_across(template.len(), items, home, record.clone())
+                .await?
+        } else {
+            self.run_across(template, transfers, home, record.clone())
+                .await?
+        };
         let response = match record {
             Some(record) => {
                 let claim = Claim {
@@ -463,6 +481,17 @@ impl Engine {
                     .push((item.position, item.debit_uuid)),
             }
         }
+        answers.extend(self.debit_views(reads).await?);
+        Ok(answers)
+    }
+
+    /// Posted items' answers: each debit side (by its transaction uuid, per source shard) as a
+    /// single transfer answers it, read once durable.
+    pub(crate) async fn debit_views(
+        &self,
+        reads: BTreeMap<u32, Vec<(usize, crate::values::ids::Uuid)>>,
+    ) -> Result<Vec<(usize, BatchItemResult)>, EngineError> {
+        let mut answers = Vec::new();
         for (shard, wanted) in reads {
             let views = self
                 .read_shard(shard, move |s| {

@@ -211,6 +211,8 @@ fn command_name(command: &Command) -> &'static str {
         Command::Withdraw(_) => "withdraw",
         Command::Transfer(_) => "transfer",
         Command::TransferReserve(_) => "transfer_reserve",
+        Command::TransferBatchReserve(_) => "transfer_batch_reserve",
+        Command::TransferBatchMark { .. } => "transfer_batch_mark",
         Command::TransferCredit(_) => "transfer_credit",
         Command::TransferFinalize { .. } => "transfer_finalize",
         Command::TransferRelease { .. } => "transfer_release",
@@ -269,7 +271,7 @@ fn command_fields(out: &mut Canonical, command: &Command) {
             out.details(&m.details);
             out.unsigned("wallet_id", m.wallet_id.0);
         }
-        Command::Transfer(t) | Command::TransferReserve(t) => {
+        Command::Transfer(t) | Command::TransferReserve(t) | Command::TransferBatchReserve(t) => {
             out.amount("amount", t.amount);
             out.currency("currency", t.currency);
             out.details(&t.details);
@@ -288,6 +290,8 @@ fn command_fields(out: &mut Canonical, command: &Command) {
         | Command::TransferRelease { transfer_uuid } => {
             out.uuid("transfer_uuid", *transfer_uuid);
         }
+        // Internal to the atomic batch protocol: never under a client's key.
+        Command::TransferBatchMark { batch, .. } => out.uuid("batch", *batch),
         Command::PlaceHold(h) => {
             out.amount("amount", h.amount);
             out.currency("currency", h.currency);

@@ -23,7 +23,7 @@ use crate::values::error::{encode_versioned, DecodeError, EncodeError};
 /// version that can hold its events (the newest of their [`Event::format_version`]s), so a
 /// binary that predates the commerce events still reads every record without them and refuses
 /// the others by their version, naming it, instead of failing to parse them.
-pub const JOURNAL_FORMAT_VERSION: u8 = 4;
+pub const JOURNAL_FORMAT_VERSION: u8 = 5;
 
 /// Who asked, under which key, for what, and what they were answered.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -33,9 +33,14 @@
 //! Recovery finishes every transfer found reserved and not settled: it repeats the credit (a
 //! no-op if it had happened) and finalizes, or releases if the target refuses. So after any crash
 //! every transfer has posted both legs or none (ARCHITECTURE.md invariant 4).
+//!
+//! An atomic transfer batch across shards ([`atomic_batch`]) reserves all its items first, one
+//! record per source shard, and is committed once every such record is durable; recovery
+//! completes or releases each open batch as a whole.
 
 pub mod actor;
 pub mod archive;
+pub(crate) mod atomic_batch;
 pub mod batch;
 pub mod clock;
 pub mod config;

@@ -66,6 +66,10 @@ pub struct RecoveryReport {
     pub transfers_completed: usize,
     /// Cross-shard payment steps (confirm or refund) a crash had left reserved, now settled.
     pub payment_moves_completed: usize,
+    /// Atomic transfer batches a crash had left open, now completed (every source shard had
+    /// logged its prepare) or released (`runtime::atomic_batch`).
+    pub batches_completed: usize,
+    pub batches_released: usize,
     /// A torn tail that was cut: segment, offset, reason.
     pub torn_tail: Option<String>,
     /// Cross-shard moves that could not be finished and were left reserved (see the module docs).
@@ -76,7 +80,8 @@ pub struct RecoveryReport {
 /// A cross-shard move recovery could not finish: still reserved, its money in transit.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct QuarantinedMove {
-    /// `transfer`, or `payment charge` / `payment refund` for a payment's reservation.
+    /// `transfer`, `transfer batch` (uuid: the batch's), or `payment charge` / `payment refund`
+    /// for a payment's reservation.
     pub kind: &'static str,
     /// The transfer's or the payment reservation's uuid.
     pub uuid: crate::values::ids::Uuid,
@@ -117,6 +122,60 @@ fn quarantine(
     );
     quarantined.push(found);
     Ok(())
+}
+
+/// An atomic transfer batch a crash left open, gathered from every shard before they start.
+struct OpenBatch {
+    batch: crate::values::ids::Uuid,
+    /// Every source shard the batch names had it open: every prepare was durable.
+    commit: bool,
+    /// The shards that have it open.
+    shards: Vec<u32>,
+    /// Its transfers still reserved, in the batch's order per shard.
+    transfers: Vec<crate::ledger::transfer::OutgoingTransfer>,
+}
+
+/// The open atomic batches of all shards (see `runtime::atomic_batch`, "Recovery").
+fn open_batches(shards: &[Shard]) -> Vec<OpenBatch> {
+    let mut found: std::collections::BTreeMap<
+        crate::values::ids::Uuid,
+        (Vec<Vec<u32>>, OpenBatch),
+    > = std::collections::BTreeMap::new();
+    for shard in shards {
+        for (batch, prepared) in shard.prepared_batches() {
+            let (declared, open) = found.entry(*batch).or_insert_with(|| {
+                (
+                    Vec::new(),
+                    OpenBatch {
+                        batch: *batch,
+                        commit: false,
+                        shards: Vec::new(),
+                        transfers: Vec::new(),
+                    },
+                )
+            });
+            declared.push(prepared.shards.clone());
+            open.shards.push(shard.shard_index());
+            open.transfers.extend(
+                prepared
+                    .transfers
+                    .iter()
+                    .filter_map(|uuid| shard.outgoing_transfer(*uuid))
+                    .filter(|transfer| {
+                        transfer.state == crate::ledger::transfer::TransferState::Reserved
+                    })
+                    .cloned(),
+            );
+        }
+    }
+    found
+        .into_values()
+        .map(|(declared, mut open)| {
+            // Every shard names the same voters, and all of them are here.
+            open.commit = declared.iter().all(|shards| *shards == open.shards);
+            open
+        })
+        .collect()
 }
 
 /// Why an engine could not open. Each says what to look at.
@@ -473,6 +532,7 @@ pub(crate) fn open(
         .iter()
         .flat_map(Shard::pending_payment_reservations)
         .collect();
+    let open_batches = open_batches(&shards);
     let wallets = shards.iter().map(Shard::wallet_count).sum();
     let primary =
         Currency::from_code(PRIMARY_CURRENCY).map_err(|e| OpenError::Config(e.to_string()))?;
@@ -505,6 +565,29 @@ pub(crate) fn open(
         (history_handle, store, indexer),
     )?;
     let mut quarantined = Vec::new();
+    let (mut batches_completed, mut batches_released) = (0, 0);
+    for open in &open_batches {
+        match block_on(engine.settle_batch(open.batch, &open.shards, &open.transfers, open.commit))
+        {
+            Ok(()) if open.commit => {
+                batches_completed += 1;
+                tracing::info!(batch = %open.batch, transfers = open.transfers.len(), "completed an atomic transfer batch a crash had left open (every source shard had prepared it)");
+            }
+            Ok(()) => {
+                batches_released += 1;
+                tracing::info!(batch = %open.batch, transfers = open.transfers.len(), "released an atomic transfer batch a crash had left open (not every source shard had prepared it)");
+            }
+            Err(error) => {
+                let found = QuarantinedMove {
+                    kind: "transfer batch",
+                    uuid: open.batch,
+                    payment_uuid: None,
+                    reason: String::new(),
+                };
+                quarantine(&engine, &mut quarantined, found, error)?;
+            }
+        }
+    }
     for transfer in &pending {
         let record = table.pending_for_transfer(transfer.uuid);
         let credit = TransferCredit::for_transfer(transfer);
@@ -553,7 +636,10 @@ pub(crate) fn open(
         }
     }
     let transfers_quarantined = quarantined.iter().filter(|m| m.kind == "transfer").count();
-    let payments_quarantined = quarantined.len() - transfers_quarantined;
+    let payments_quarantined = quarantined
+        .iter()
+        .filter(|m| m.payment_uuid.is_some())
+        .count();
     engine
         .inner
         .quarantined
@@ -579,6 +665,8 @@ pub(crate) fn open(
         wallets,
         transfers_completed: pending.len() - transfers_quarantined,
         payment_moves_completed: pending_payments.len() - payments_quarantined,
+        batches_completed,
+        batches_released,
         torn_tail: recovered.torn_tail.map(|(path, offset, reason)| {
             format!("{} at offset {offset}: {reason}", path.display())
         }),

@@ -23,9 +23,9 @@ impl Engine {
             Command::Deposit(movement) | Command::Withdraw(movement) => {
                 shard_of(movement.wallet_id.0, count)
             }
-            Command::Transfer(args) | Command::TransferReserve(args) => {
-                shard_of(args.source_wallet_id.0, count)
-            }
+            Command::Transfer(args)
+            | Command::TransferReserve(args)
+            | Command::TransferBatchReserve(args) => shard_of(args.source_wallet_id.0, count),
             Command::TransferCredit(credit) => shard_of(credit.target_wallet_id.0, count),
             Command::PlaceHold(hold) => shard_of(hold.wallet_id.0, count),
             Command::InitiatePayment(payment) => shard_of(payment.merchant_wallet_id.0, count),
@@ -95,9 +95,9 @@ impl Engine {
             Command::Deposit(movement) | Command::Withdraw(movement) => {
                 by_wallet(movement.wallet_id)
             }
-            Command::Transfer(args) | Command::TransferReserve(args) => {
-                by_wallet(args.source_wallet_id)
-            }
+            Command::Transfer(args)
+            | Command::TransferReserve(args)
+            | Command::TransferBatchReserve(args) => by_wallet(args.source_wallet_id),
             Command::TransferCredit(credit) => by_wallet(credit.target_wallet_id),
             Command::PlaceHold(hold) => by_wallet(hold.wallet_id),
             Command::ReleaseHold { hold_uuid } => {

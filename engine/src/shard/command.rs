@@ -91,6 +91,21 @@ pub struct TransferCredit {
     pub amount: Decimal,
     pub currency: Currency,
     pub description: Option<String>,
+    /// The committed atomic batch the transfer belongs to: its credit is not refused by a
+    /// freeze that came after the batch's decision, and its source may be on this shard.
+    pub batch: Option<Uuid>,
+}
+
+/// What [`Command::TransferBatchMark`] logs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum BatchMark {
+    /// The reservations of the batch's items on this shard (the batch's source shards, sorted).
+    Prepared {
+        shards: Vec<u32>,
+        transfers: Vec<Uuid>,
+    },
+    /// Every transfer of the batch here is settled.
+    Closed,
 }
 
 impl TransferCredit {
@@ -104,6 +119,16 @@ impl TransferCredit {
             amount: transfer.amount,
             currency: transfer.currency,
             description: transfer.description.as_deref().map(str::to_owned),
+            batch: None,
+        }
+    }
+
+    /// The credit of a transfer of the committed atomic batch `batch`.
+    #[must_use]
+    pub fn for_batch(transfer: &OutgoingTransfer, batch: Uuid) -> Self {
+        Self {
+            batch: Some(batch),
+            ..Self::for_transfer(transfer)
         }
     }
 }
@@ -318,6 +343,15 @@ pub enum Command {
     TransferRelease {
         transfer_uuid: Uuid,
     },
+    /// An atomic cross-shard batch's item, on the source's shard: step 1 whether or not the
+    /// target is on this shard, so that nothing reaches a target before the batch commits
+    /// (`runtime::atomic_batch`).
+    TransferBatchReserve(TransferArgs),
+    /// An atomic cross-shard batch's prepare or close on this shard (`runtime::atomic_batch`).
+    TransferBatchMark {
+        batch: Uuid,
+        mark: BatchMark,
+    },
     PlaceHold(PlaceHold),
     ReleaseHold {
         hold_uuid: Uuid,
@@ -484,6 +518,8 @@ pub enum Outcome {
     /// A batch of transfers (`POST /v1/transfers/batch`): one result per item, in order. Never
     /// returned by `Shard::execute`; the runtime assembles it (`runtime::batch`).
     TransferBatch(Box<BatchAnswer>),
+    /// An atomic batch's prepare or close was logged (or, for a close, found done).
+    TransferBatchMarked,
 }
 
 /// What became of one item of a transfer batch.

@@ -118,7 +118,7 @@ impl Shard {
             | Command::Withdraw(_)
             | Command::Transfer(_)
             | Command::Refund(_) => Outcome::Transaction(self.first_transaction(events)?),
-            Command::TransferReserve(_) => {
+            Command::TransferReserve(_) | Command::TransferBatchReserve(_) => {
                 let transaction = self.first_transaction(events)?;
                 // In flight: in memory.
                 let transfer = transaction
@@ -150,6 +150,7 @@ impl Shard {
                     .ok_or(Rejection::NotFound("transfer"))?;
                 Outcome::TransferSettled(transfer.into_owned())
             }
+            Command::TransferBatchMark { .. } => Outcome::TransferBatchMarked,
             Command::PlaceHold(_) => {
                 let (wallet_id, hold_id) = events
                     .iter()

@@ -3,7 +3,7 @@
 //! # Snapshot format
 //!
 //! ```text
-//! byte 0     SNAPSHOT_FORMAT_VERSION (6; 1 to 5 are still read)
+//! byte 0     SNAPSHOT_FORMAT_VERSION (7; 1 to 6 are still read)
 //! bytes 1..  postcard encoding of: shard index and count, the four next-sequence numbers,
 //!            the wallets in id order (each with its history), outgoing transfers and incoming
 //!            transfers in uuid order, then (version 2) the commerce state: its five next-sequence
@@ -11,8 +11,13 @@
 //!            uuid order, payouts and settlements in id order, payment reservations and incoming
 //!            payment credits in uuid order, then (version 3) the refused payment credits in
 //!            uuid order, then (version 5) the in-transit totals of finished cross-shard moves
-//!            in currency order, then (version 6) the shard's uuid key, if chosen
+//!            in currency order, then (version 6) the shard's uuid key, if chosen, then
+//!            (version 7) the atomic transfer batches prepared and not closed, in uuid order
 //! ```
+//!
+//! Version 7 added the open atomic batches (`runtime::atomic_batch`): their transfers are
+//! settled by the batch as a whole, so a restart from the snapshot must know them. Versions 1
+//! to 6 load with none (nothing before version 7 prepared one).
 //!
 //! Version 6 added the uuid key (`values::sealed`): the log that chose it may be retired once
 //! a snapshot covers it, and without it the shard's sealed uuids would not open. Versions 1 to
@@ -53,7 +58,9 @@ use crate::commerce::payment::RefusedPaymentCredit;
 use crate::commerce::state::{Commerce, CommerceIndex};
 use crate::ledger::hold::HoldStatus;
 use crate::ledger::transaction::Hash;
-use crate::ledger::transfer::{IncomingTransfer, OutgoingTransfer, TransitTotals};
+use crate::ledger::transfer::{
+    IncomingTransfer, OutgoingTransfer, PreparedBatch, TransferState, TransitTotals,
+};
 use crate::ledger::wallet::Wallet;
 use crate::shard::state::{Indexes, OwnerKey, Shard};
 use crate::values::currency::Currency;
@@ -62,7 +69,7 @@ use crate::values::ids::{IdSpace, Uuid};
 use crate::values::sealed::UuidKey;
 
 /// First byte of every snapshot.
-pub const SNAPSHOT_FORMAT_VERSION: u8 = 6;
+pub const SNAPSHOT_FORMAT_VERSION: u8 = 7;
 
 #[derive(Serialize)]
 struct SnapshotRef<'a> {
@@ -78,6 +85,7 @@ struct SnapshotRef<'a> {
     refused_credits: &'a BTreeMap<Uuid, RefusedPaymentCredit>,
     transit: &'a BTreeMap<Currency, TransitTotals>,
     uuid_key: Option<UuidKey>,
+    prepared_batches: &'a BTreeMap<Uuid, PreparedBatch>,
 }
 
 /// Everything before the commerce state: all of version 1. Postcard encodes a struct as its
@@ -135,6 +143,16 @@ type SnapshotV6 = (
     BTreeMap<Uuid, RefusedPaymentCredit>,
     BTreeMap<Currency, TransitTotals>,
     Option<UuidKey>,
+);
+
+/// Version 7: version 6 and the open atomic transfer batches.
+type SnapshotV7 = (
+    SnapshotOwned<Wallet>,
+    Commerce,
+    BTreeMap<Uuid, RefusedPaymentCredit>,
+    BTreeMap<Currency, TransitTotals>,
+    Option<UuidKey>,
+    BTreeMap<Uuid, PreparedBatch>,
 );
 
 /// A wallet as versions 1 to 3 wrote it: the whole history, without counts.
@@ -278,6 +296,7 @@ impl Shard {
             refused_credits: &self.commerce.refused_credits,
             transit: &self.transit,
             uuid_key: self.uuid_key,
+            prepared_batches: &self.prepared_batches,
         }
     }
 
@@ -341,6 +360,7 @@ impl Shard {
         type Parts = (SnapshotOwned<Wallet>, Commerce);
         let mut transit = None;
         let mut uuid_key = None;
+        let mut prepared_batches = BTreeMap::new();
         let ((snapshot, commerce), rest): (Parts, &[u8]) = match *version {
             1 => {
                 let (snapshot, rest): (SnapshotOwned<LegacyWallet>, _) =
@@ -371,12 +391,23 @@ impl Shard {
                 transit = Some(totals);
                 ((snapshot, commerce), rest)
             }
-            SNAPSHOT_FORMAT_VERSION => {
+            6 => {
                 let ((snapshot, mut commerce, refused, totals, key), rest): (SnapshotV6, _) =
                     postcard::take_from_bytes(body).map_err(malformed)?;
                 commerce.refused_credits = refused;
                 transit = Some(totals);
                 uuid_key = key;
+                ((snapshot, commerce), rest)
+            }
+            SNAPSHOT_FORMAT_VERSION => {
+                let ((snapshot, mut commerce, refused, totals, key, batches), rest): (
+                    SnapshotV7,
+                    _,
+                ) = postcard::take_from_bytes(body).map_err(malformed)?;
+                commerce.refused_credits = refused;
+                transit = Some(totals);
+                uuid_key = key;
+                prepared_batches = batches;
                 ((snapshot, commerce), rest)
             }
             other => return Err(DecodeError::UnsupportedVersion(other)),
@@ -408,6 +439,8 @@ impl Shard {
         }
         shard.transfers_out = snapshot.transfers_out;
         shard.transfers_in = snapshot.transfers_in;
+        check_prepared_batches(&shard, &prepared_batches)?;
+        shard.prepared_batches = prepared_batches;
         check_commerce_keys(&shard, &commerce)?;
         shard.index.commerce = CommerceIndex::build(&commerce).map_err(DecodeError::Invalid)?;
         shard.commerce = commerce;
@@ -523,6 +556,38 @@ fn build_indexes(shard: &Shard, wallets: &[Wallet]) -> Result<Indexes, DecodeErr
 
 /// Commerce records keyed by their own uuid or id, ids minted by this shard below their sequence
 /// and used once, cross-shard records on the right side of this shard.
+/// An open batch names this shard among its shards, and its transfers are reserved here and in
+/// no other open batch (what `apply` demands of `TransferBatchPrepared`).
+fn check_prepared_batches(
+    shard: &Shard,
+    batches: &BTreeMap<Uuid, PreparedBatch>,
+) -> Result<(), DecodeError> {
+    let mut seen = std::collections::BTreeSet::new();
+    for batch in batches.values() {
+        let event = crate::shard::event::Event::TransferBatchPrepared {
+            batch: Uuid([0; 16]),
+            shards: batch.shards.clone(),
+            transfers: batch.transfers.clone(),
+        };
+        event.validate().map_err(DecodeError::Invalid)?;
+        if !batch.shards.contains(&shard.shard_index()) {
+            return Err(DecodeError::Invalid("an open batch not of this shard"));
+        }
+        for uuid in &batch.transfers {
+            let reserved = shard
+                .transfers_out
+                .get(uuid)
+                .is_some_and(|transfer| transfer.state == TransferState::Reserved);
+            if !reserved || !seen.insert(*uuid) {
+                return Err(DecodeError::Invalid(
+                    "an open batch's transfer is not reserved here, or in two batches",
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
 fn check_commerce_keys(shard: &Shard, commerce: &Commerce) -> Result<(), DecodeError> {
     let minted_once = |ids: &mut Vec<u64>, next_seq: u64, what: &'static str| {
         ids.sort_unstable();

@@ -52,7 +52,9 @@ use crate::ledger::hold::Hold;
 use crate::ledger::hold::HoldStatus;
 use crate::ledger::transaction::Hash;
 use crate::ledger::transaction::{ChainChecker, LedgerEntry, Transaction};
-use crate::ledger::transfer::{IncomingTransfer, OutgoingTransfer, TransferState, TransitTotals};
+use crate::ledger::transfer::{
+    IncomingTransfer, OutgoingTransfer, PreparedBatch, TransferState, TransitTotals,
+};
 use crate::ledger::view::{BalanceView, EntryView, HoldView, TransactionView, WalletView};
 use crate::ledger::wallet::{OwnerType, Wallet, WalletType};
 use crate::shard::cold::{unavailable, ColdHistory, ColdResult, Recall};
@@ -249,6 +251,9 @@ pub struct Shard {
     pub(crate) finals_leave: bool,
     /// The key of the shard's sealed uuids (`values::sealed`), once a command chose it.
     pub(crate) uuid_key: Option<UuidKey>,
+    /// Atomic transfer batches prepared here and not closed, by batch uuid
+    /// (`runtime::atomic_batch`): in memory until closed, and in the snapshot.
+    pub(crate) prepared_batches: BTreeMap<Uuid, PreparedBatch>,
 }
 
 impl Shard {
@@ -282,6 +287,7 @@ impl Shard {
             touched_links: Stamped::default(),
             finals_leave: true,
             uuid_key: None,
+            prepared_batches: BTreeMap::new(),
         }
     }
 
@@ -606,11 +612,25 @@ impl Shard {
     /// order: what recovery must complete.
     #[must_use]
     pub fn pending_outgoing_transfers(&self) -> Vec<OutgoingTransfer> {
+        let in_batch: std::collections::BTreeSet<Uuid> = self
+            .prepared_batches
+            .values()
+            .flat_map(|batch| batch.transfers.iter().copied())
+            .collect();
         self.transfers_out
             .values()
-            .filter(|transfer| transfer.state == TransferState::Reserved)
+            .filter(|transfer| {
+                transfer.state == TransferState::Reserved && !in_batch.contains(&transfer.uuid)
+            })
             .cloned()
             .collect()
+    }
+
+    /// The atomic transfer batches prepared here and not closed (recovery settles them as a
+    /// whole: `runtime::atomic_batch`).
+    #[must_use]
+    pub fn prepared_batches(&self) -> &BTreeMap<Uuid, PreparedBatch> {
+        &self.prepared_batches
     }
 
     /// An outgoing transfer in memory: in flight, or finished and not yet filed

@@ -362,6 +362,17 @@ pub(crate) fn event() -> impl Strategy<Value = Event> {
         any::<[u8; 32]>().prop_map(|key| Event::UuidKeyChosen {
             key: crate::values::sealed::UuidKey(key)
         }),
+        (
+            uuid(),
+            proptest::collection::btree_set(any::<u32>(), 1..5),
+            proptest::collection::btree_set(uuid(), 1..6)
+        )
+            .prop_map(|(batch, shards, transfers)| Event::TransferBatchPrepared {
+                batch,
+                shards: shards.into_iter().collect(),
+                transfers: transfers.into_iter().collect(),
+            }),
+        uuid().prop_map(|batch| Event::TransferBatchClosed { batch }),
     ]
 }
 

@@ -605,7 +605,7 @@ fn a_version_1_snapshot_loads_with_empty_commerce_state() {
     let mut h = Harness::new();
     let wallet = h.create(1, "USD");
     h.deposit(wallet, "10");
-    assert_eq!(crate::SNAPSHOT_FORMAT_VERSION, 6);
+    assert_eq!(crate::SNAPSHOT_FORMAT_VERSION, 7);
     // Versions before 6 carry no uuid key: compare with the shard's state without its key.
     let key = h.shard.uuid_key.take();
     assert!(key.is_some(), "the deposit sealed its transaction's uuid");
@@ -628,17 +628,22 @@ fn a_version_1_snapshot_loads_with_empty_commerce_state() {
     let loaded = Shard::from_snapshot_bytes(&v2).unwrap();
     assert_eq!(loaded.state_digest(), h.shard.state_digest());
     // A version 1 body with a commerce tail is refused (trailing bytes); a version 3 body read
-    // as version 4 does not decode (the wallet's history changed shape); version 7 is unknown.
+    // as version 4 does not decode (the wallet's history changed shape); version 8 is unknown.
     let mut padded = v3.clone();
     padded[0] = 1;
     assert!(Shard::from_snapshot_bytes(&padded).is_err());
     let mut as_v4 = v3.clone();
     as_v4[0] = 4;
     assert!(Shard::from_snapshot_bytes(&as_v4).is_err());
-    // Version 5 is version 6 without the uuid key (here none: 1 byte), version 4 is version 5
-    // without the in-transit totals (here an empty map: 1 byte).
-    let v6 = h.shard.snapshot_bytes().unwrap();
-    assert_eq!(v6[v6.len() - 2..], [0, 0]);
+    // Version 6 is version 7 without the open batches (here none: 1 byte), version 5 is
+    // version 6 without the uuid key (here none: 1 byte), version 4 is version 5 without the
+    // in-transit totals (here an empty map: 1 byte).
+    let v7 = h.shard.snapshot_bytes().unwrap();
+    assert_eq!(v7[v7.len() - 3..], [0, 0, 0]);
+    let mut v6 = v7[..v7.len() - 1].to_vec();
+    v6[0] = 6;
+    let loaded = Shard::from_snapshot_bytes(&v6).unwrap();
+    assert_eq!(loaded.state_digest(), h.shard.state_digest());
     let mut v5 = v6[..v6.len() - 1].to_vec();
     v5[0] = 5;
     let loaded = Shard::from_snapshot_bytes(&v5).unwrap();
@@ -653,10 +658,10 @@ fn a_version_1_snapshot_loads_with_empty_commerce_state() {
     assert_eq!(loaded.uuid_key, key);
     assert_eq!(loaded.state_digest(), h.shard.state_digest());
     let mut future = v3;
-    future[0] = 7;
+    future[0] = 8;
     assert_eq!(
         Shard::from_snapshot_bytes(&future).unwrap_err(),
-        crate::DecodeError::UnsupportedVersion(7)
+        crate::DecodeError::UnsupportedVersion(8)
     );
 }
 

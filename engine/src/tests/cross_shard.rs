@@ -400,11 +400,12 @@ fn a_version_4_snapshot_derives_the_in_transit_totals_from_its_records() {
     });
     for shard in [&a.shard, &b.shard] {
         let mut bytes = shard.snapshot_bytes().unwrap();
-        // Version 6 = version 5 + the uuid key; version 5 = version 4 + the totals: one
-        // currency is a length byte and the entry.
+        // Version 7 = version 6 + the open batches; version 6 = version 5 + the uuid key;
+        // version 5 = version 4 + the totals: one currency is a length byte and the entry.
+        let batches = postcard::to_allocvec(shard.prepared_batches()).unwrap();
         let key = postcard::to_allocvec(&shard.uuid_key).unwrap();
         let totals = postcard::to_allocvec(shard.transit_totals()).unwrap();
-        bytes.truncate(bytes.len() - key.len() - totals.len());
+        bytes.truncate(bytes.len() - batches.len() - key.len() - totals.len());
         bytes[0] = 4;
         let loaded = Shard::from_snapshot_bytes(&bytes).unwrap();
         assert_eq!(loaded.transit_totals(), shard.transit_totals());

@@ -4,6 +4,7 @@
 //! test is deterministic.
 
 mod answers_upgrade;
+mod atomic_batches;
 mod codec;
 mod commerce_cross_shard;
 mod commerce_fee_qr;

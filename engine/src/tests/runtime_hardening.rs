@@ -34,6 +34,21 @@ impl Renderer for DebugRenderer {
 
 pub(super) const START_MS: i64 = 1_700_000_000_000;
 
+/// Writes the log a run would have left: one record per (shard, events).
+pub(super) fn write_log(config: &EngineConfig, entries: Vec<(u32, Vec<crate::Event>)>) {
+    let (log, _) = wal::Wal::open(config.wal_dir(), config.wal.clone()).unwrap();
+    for (shard, events) in entries {
+        let entry = JournalEntry {
+            shard,
+            events,
+            directory: Vec::new(),
+            idempotency: None,
+        };
+        log.append(entry.encode().unwrap()).unwrap().wait().unwrap();
+    }
+    log.close().unwrap();
+}
+
 pub(super) fn open(dir: &std::path::Path, clock: &Arc<SeededClock>) -> Engine {
     let mut config = EngineConfig::new(dir);
     config.snapshot_every_records = 0;
@@ -354,17 +369,7 @@ async fn issue_16_recovery_quarantines_a_move_it_cannot_finish_and_starts() {
     let mut config = EngineConfig::new(dir.path());
     config.shard_count = 2;
     config.snapshot_every_records = 0;
-    let (log, _) = wal::Wal::open(config.wal_dir(), config.wal.clone()).unwrap();
-    for (shard, events) in entries {
-        let entry = JournalEntry {
-            shard,
-            events,
-            directory: Vec::new(),
-            idempotency: None,
-        };
-        log.append(entry.encode().unwrap()).unwrap().wait().unwrap();
-    }
-    log.close().unwrap();
+    write_log(&config, entries);
 
     let clock = Arc::new(SeededClock::new(6, START_MS));
     let (engine, report) = Engine::open(config.clone(), clock.clone(), Arc::new(DebugRenderer))

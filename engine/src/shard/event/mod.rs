@@ -12,7 +12,7 @@
 //! durable entirely or not at all. Layout of [`encode`]'s output:
 //!
 //! ```text
-//! byte 0     EVENT_FORMAT_VERSION (4; 1 to 3 are still read)
+//! byte 0     EVENT_FORMAT_VERSION (5; 1 to 4 are still read)
 //! bytes 1..  postcard encoding of the event list: varint count, then each event
 //!            (varint variant index, then its fields in declaration order; integers as varints,
 //!            i64 zig-zag; Decimal as its 16-byte `Decimal::serialize()` form; uuid 16 raw bytes;
@@ -24,7 +24,8 @@
 //! payment steps) and the commerce transaction types; variants were only appended, so a version 1
 //! batch decodes unchanged with the same decoder, which refuses a version 1 batch that holds
 //! anything version 2 added ([`Event::format_version`]). Version 3 appended
-//! `PaymentCreditRefused` the same way, and version 4 `UuidKeyChosen` (`values::sealed`).
+//! `PaymentCreditRefused` the same way, version 4 `UuidKeyChosen` (`values::sealed`), and version 5
+//! `TransferBatchPrepared` and `TransferBatchClosed` (`runtime::atomic_batch`).
 //! [`decode`] never panics, refuses trailing bytes, non-canonical decimals, unknown currencies and
 //! variants, and validates each event's self-contained rules ([`Event::validate`]) — the pair of the
 //! checks `decide` made before encoding. serde_json gives a readable form for `wal inspect`

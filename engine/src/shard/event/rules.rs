@@ -101,13 +101,30 @@ impl Event {
                     return Err("transfer needs a positive amount and two wallets");
                 }
             }
+            Self::TransferBatchPrepared {
+                shards, transfers, ..
+            } => {
+                let sorted = shards.iter().zip(shards.iter().skip(1)).all(|(a, b)| a < b);
+                let mut uuids = transfers.clone();
+                uuids.sort_unstable();
+                uuids.dedup();
+                if shards.is_empty() || !sorted || transfers.is_empty() {
+                    return Err("a prepared batch names its shards, sorted, and its transfers");
+                }
+                if uuids.len() != transfers.len()
+                    || transfers.len() > crate::runtime::batch::TRANSFER_BATCH_ITEMS_MAX
+                {
+                    return Err("a prepared batch holds distinct transfers, at most 8190");
+                }
+            }
             Self::WalletStatusChanged { .. }
             | Self::EntryReversed { .. }
             | Self::TransactionReversed { .. }
             | Self::TransferFinalized { .. }
             | Self::TransferReleased { .. }
             | Self::BalanceVerified { .. }
-            | Self::UuidKeyChosen { .. } => {}
+            | Self::UuidKeyChosen { .. }
+            | Self::TransferBatchClosed { .. } => {}
             commerce => return commerce::validate(commerce),
         }
         Ok(())
@@ -139,6 +156,7 @@ impl Event {
             | Self::BalanceVerified { .. } => 1,
             Self::PaymentCreditRefused { .. } => 3,
             Self::UuidKeyChosen { .. } => 4,
+            Self::TransferBatchPrepared { .. } | Self::TransferBatchClosed { .. } => 5,
             _ => 2,
         }
     }

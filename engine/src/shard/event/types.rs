@@ -17,7 +17,7 @@ use crate::values::ids::{EntryId, HoldId, PayoutId, SettlementId, TransactionId,
 use crate::values::sealed::UuidKey;
 
 /// First byte of every encoded event batch.
-pub const EVENT_FORMAT_VERSION: u8 = 4;
+pub const EVENT_FORMAT_VERSION: u8 = 5;
 
 /// The oldest version [`decode`] still reads.
 pub const EVENT_FORMAT_VERSION_MIN: u8 = 1;
@@ -175,6 +175,20 @@ pub enum Event {
     UuidKeyChosen {
         key: UuidKey,
     },
+    // ----- version 5 -----
+    /// An atomic transfer batch whose wallets span shards (`runtime::atomic_batch`): this shard
+    /// reserved every item whose source is here into its in-transit account. `shards` are the
+    /// batch's source shards, sorted: the batch is committed once each of them logged its
+    /// prepare. Its `transfers` are finished by the batch, never one by one by recovery.
+    TransferBatchPrepared {
+        batch: Uuid,
+        shards: Vec<u32>,
+        transfers: Vec<Uuid>,
+    },
+    /// The batch's transfers on this shard are all finalized or released: it is no longer open.
+    TransferBatchClosed {
+        batch: Uuid,
+    },
 }
 
 impl Event {
@@ -217,7 +231,9 @@ impl Event {
             | Self::SettlementCreated(_)
             | Self::SettlementChanged { .. }
             | Self::PaymentCreditRefused { .. }
-            | Self::UuidKeyChosen { .. } => None,
+            | Self::UuidKeyChosen { .. }
+            | Self::TransferBatchPrepared { .. }
+            | Self::TransferBatchClosed { .. } => None,
         }
     }
 }

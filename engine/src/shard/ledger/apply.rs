@@ -10,7 +10,7 @@ use rust_decimal::Decimal;
 
 use crate::ledger::hold::HoldStatus;
 use crate::ledger::transaction::{entry_hash, LedgerEntry, Transaction};
-use crate::ledger::transfer::{IncomingTransfer, OutgoingTransfer, TransferState};
+use crate::ledger::transfer::{IncomingTransfer, OutgoingTransfer, PreparedBatch, TransferState};
 use crate::ledger::wallet::{History, Wallet, WalletStatus};
 use crate::shard::cold::Recall;
 use crate::shard::event::{Event, WalletCreated};
@@ -125,6 +125,12 @@ impl Shard {
                 self.uuid_key = Some(*key);
                 Ok(())
             }
+            Event::TransferBatchPrepared {
+                batch,
+                shards,
+                transfers,
+            } => self.apply_batch_prepared(*batch, shards, transfers),
+            Event::TransferBatchClosed { batch } => self.apply_batch_closed(*batch),
             commerce => self.apply_commerce(commerce),
         }
     }
@@ -446,6 +452,67 @@ impl Shard {
         self.count_transit(transfer.currency, transfer.amount, false)?;
         self.transfers_in.insert(transfer.uuid, transfer.clone());
         self.finish_move(MoveKey::Incoming(transfer.uuid));
+        Ok(())
+    }
+
+    fn apply_batch_prepared(
+        &mut self,
+        batch: crate::values::ids::Uuid,
+        shards: &[u32],
+        transfers: &[crate::values::ids::Uuid],
+    ) -> Result<(), ApplyError> {
+        if self.prepared_batches.contains_key(&batch) || !shards.contains(&self.shard_index()) {
+            return Err(ApplyError::new(
+                "a batch is prepared once, on one of its shards",
+                0,
+            ));
+        }
+        let taken = |uuid| {
+            self.prepared_batches
+                .values()
+                .any(|open| open.transfers.contains(uuid))
+        };
+        for uuid in transfers {
+            let reserved = self
+                .transfers_out
+                .get(uuid)
+                .is_some_and(|transfer| transfer.state == TransferState::Reserved);
+            if !reserved || taken(uuid) {
+                return Err(ApplyError::new(
+                    "a prepared batch's transfer must be reserved here and in no other batch",
+                    0,
+                ));
+            }
+        }
+        self.prepared_batches.insert(
+            batch,
+            PreparedBatch {
+                shards: shards.to_vec(),
+                transfers: transfers.to_vec(),
+            },
+        );
+        Ok(())
+    }
+
+    /// Closing needs every transfer of the batch settled (a reserved one never leaves memory),
+    /// else recovery would no longer finish it.
+    fn apply_batch_closed(&mut self, batch: crate::values::ids::Uuid) -> Result<(), ApplyError> {
+        let open = self
+            .prepared_batches
+            .get(&batch)
+            .ok_or(ApplyError::new("closing a batch that is not open", 0))?;
+        let unsettled = open.transfers.iter().any(|uuid| {
+            self.transfers_out
+                .get(uuid)
+                .is_some_and(|transfer| transfer.state == TransferState::Reserved)
+        });
+        if unsettled {
+            return Err(ApplyError::new(
+                "closing a batch whose transfers are not all settled",
+                0,
+            ));
+        }
+        self.prepared_batches.remove(&batch);
         Ok(())
     }
 

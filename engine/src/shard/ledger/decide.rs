@@ -16,7 +16,8 @@ use crate::ledger::transfer::{IncomingTransfer, OutgoingTransfer, TransferState}
 use crate::ledger::view::IntegrityReport;
 use crate::ledger::wallet::{OwnerType, WalletStatus, WalletType};
 use crate::shard::command::{
-    Command, Context, CreateWallet, MoneyMove, TransferArgs, TransferCredit, EXPIRE_BATCH_MAX,
+    BatchMark, Command, Context, CreateWallet, MoneyMove, TransferArgs, TransferCredit,
+    EXPIRE_BATCH_MAX,
 };
 use crate::shard::event::{Event, WalletCreated};
 use crate::shard::ledger::checks::{bounded_text, check_not_frozen, check_spendable, details_text};
@@ -25,6 +26,7 @@ use crate::shard::state::{OwnerKey, Shard};
 use crate::values::error::Rejection;
 use crate::values::ids::{UuidKind, WalletId};
 use crate::values::money::validate_amount;
+use rust_decimal::Decimal;
 
 impl Shard {
     /// Decides the events of `command` (see the module docs). `&self`: nothing changes until the
@@ -47,7 +49,13 @@ impl Shard {
             }
             Command::Transfer(transfer) => self.decide_transfer(&mut draft, transfer)?,
             Command::TransferReserve(transfer) => {
-                self.decide_transfer_reserve(&mut draft, transfer)?
+                self.decide_transfer_reserve(&mut draft, transfer, false)?
+            }
+            Command::TransferBatchReserve(transfer) => {
+                self.decide_transfer_reserve(&mut draft, transfer, true)?
+            }
+            Command::TransferBatchMark { batch, mark } => {
+                self.decide_batch_mark(&mut draft, *batch, mark)?
             }
             Command::TransferCredit(credit) => self.decide_transfer_credit(&mut draft, credit)?,
             Command::TransferFinalize { transfer_uuid } => {
@@ -302,10 +310,13 @@ impl Shard {
         Ok(())
     }
 
+    /// Step 1 of a cross-shard transfer; `in_batch`: an atomic batch's item, whose target may
+    /// be on this shard too.
     fn decide_transfer_reserve(
         &self,
         draft: &mut Draft<'_>,
         request: &TransferArgs,
+        in_batch: bool,
     ) -> Result<(), Rejection> {
         let text = details_text(&request.details)?;
         if request.source_wallet_id == request.target_wallet_id {
@@ -313,18 +324,12 @@ impl Shard {
                 "source and target are the same wallet",
             ));
         }
-        if self.owns(request.target_wallet_id) {
+        if !in_batch && self.owns(request.target_wallet_id) {
             return Err(Rejection::InvalidRequest(
                 "target is on this shard: use a same-shard transfer",
             ));
         }
-        let source = self.client_wallet(request.source_wallet_id)?;
-        if source.currency() != request.currency {
-            return Err(Rejection::CurrencyMismatch);
-        }
-        let amount = validate_amount(request.amount, request.currency)?;
-        check_not_frozen(source)?;
-        check_spendable(source, amount)?;
+        let (source, amount) = self.check_transfer_source(request, Decimal::ZERO)?;
         let transaction_id = draft.peek_transaction_id()?;
         let transfer_uuid = draft.uuid(UuidKind::Transfer, transaction_id.0);
         let in_transit = draft.system_account(request.currency, WalletType::InTransit)?;
@@ -356,6 +361,103 @@ impl Shard {
         Ok(())
     }
 
+    /// The source-side checks of a reserve, in its order, with `spent_before` already taken
+    /// from the source by earlier items of the same batch: the source wallet and the amount.
+    /// An atomic cross-shard batch runs them as a peek to name its first failing item when a
+    /// target refuses (see `runtime::atomic_batch`).
+    pub fn check_transfer_source(
+        &self,
+        request: &TransferArgs,
+        spent_before: Decimal,
+    ) -> Result<(&crate::ledger::wallet::Wallet, Decimal), Rejection> {
+        details_text(&request.details)?;
+        if request.source_wallet_id == request.target_wallet_id {
+            return Err(Rejection::InvalidRequest(
+                "source and target are the same wallet",
+            ));
+        }
+        let source = self.client_wallet(request.source_wallet_id)?;
+        if source.currency() != request.currency {
+            return Err(Rejection::CurrencyMismatch);
+        }
+        let amount = validate_amount(request.amount, request.currency)?;
+        check_not_frozen(source)?;
+        let needed = spent_before
+            .checked_add(amount)
+            .ok_or(Rejection::InsufficientFunds)?;
+        check_spendable(source, needed)?;
+        Ok((source, amount))
+    }
+
+    /// Whether a transfer in `currency` may credit `target_wallet_id` now (the checks of the
+    /// credit step): an atomic cross-shard batch asks every target before it reserves anything.
+    pub fn check_transfer_target(
+        &self,
+        target_wallet_id: WalletId,
+        currency: crate::values::currency::Currency,
+    ) -> Result<(), Rejection> {
+        let target = self.client_wallet(target_wallet_id)?;
+        if target.currency() != currency {
+            return Err(Rejection::CurrencyMismatch);
+        }
+        check_not_frozen(target)
+    }
+
+    fn decide_batch_mark(
+        &self,
+        draft: &mut Draft<'_>,
+        batch: crate::values::ids::Uuid,
+        mark: &BatchMark,
+    ) -> Result<(), Rejection> {
+        match mark {
+            BatchMark::Prepared { shards, transfers } => {
+                let event = Event::TransferBatchPrepared {
+                    batch,
+                    shards: shards.clone(),
+                    transfers: transfers.clone(),
+                };
+                event.validate().map_err(Rejection::InvalidRequest)?;
+                if self.prepared_batches.contains_key(&batch)
+                    || !shards.contains(&self.shard_index())
+                {
+                    return Err(Rejection::InvalidState("batch already prepared here"));
+                }
+                let in_other = |uuid: &crate::values::ids::Uuid| {
+                    self.prepared_batches
+                        .values()
+                        .any(|open| open.transfers.contains(uuid))
+                };
+                for uuid in transfers {
+                    let reserved = self
+                        .outgoing_transfer(*uuid)
+                        .is_some_and(|transfer| transfer.state == TransferState::Reserved);
+                    if !reserved || in_other(uuid) {
+                        return Err(Rejection::InvalidState(
+                            "a batch transfer is not reserved here",
+                        ));
+                    }
+                }
+                draft.push(event);
+            }
+            BatchMark::Closed => {
+                let Some(open) = self.prepared_batches.get(&batch) else {
+                    return Ok(()); // closed before, or never prepared here
+                };
+                let unsettled = open.transfers.iter().any(|uuid| {
+                    self.outgoing_transfer(*uuid)
+                        .is_some_and(|transfer| transfer.state == TransferState::Reserved)
+                });
+                if unsettled {
+                    return Err(Rejection::InvalidState(
+                        "a batch transfer is not settled yet",
+                    ));
+                }
+                draft.push(Event::TransferBatchClosed { batch });
+            }
+        }
+        Ok(())
+    }
+
     fn decide_transfer_credit(
         &self,
         draft: &mut Draft<'_>,
@@ -380,7 +482,7 @@ impl Shard {
                 "source and target are the same wallet",
             ));
         }
-        if self.owns(request.source_wallet_id) {
+        if request.batch.is_none() && self.owns(request.source_wallet_id) {
             return Err(Rejection::InvalidRequest(
                 "source is on this shard: use a same-shard transfer",
             ));
@@ -390,7 +492,11 @@ impl Shard {
             return Err(Rejection::CurrencyMismatch);
         }
         let amount = validate_amount(request.amount, request.currency)?;
-        check_not_frozen(target)?;
+        // A committed batch was decided with the target active: a later freeze takes effect
+        // for later transfers, else the batch could not keep all-or-nothing.
+        if request.batch.is_none() {
+            check_not_frozen(target)?;
+        }
         let in_transit = draft.system_account(request.currency, WalletType::InTransit)?;
         let kind = TransactionType::Transfer;
         let text = TransactionText {

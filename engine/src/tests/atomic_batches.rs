@@ -1,0 +1,386 @@
+//! Atomic transfer batches across shards (`runtime::atomic_batch`): the shard's rules for the
+//! batch's steps, and recovery's decision for every point a crash can stop the protocol at.
+//!
+//! The recovery tests write the log a crashed run would have left (shard by shard, with
+//! [`Harness`]), then open an engine on it: the decision recovery takes is the protocol's
+//! commit rule, so each case below would fail if it were wrong.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
+
+use std::sync::Arc;
+
+use rust_decimal::Decimal;
+
+use super::runtime_hardening::{write_log, DebugRenderer, START_MS};
+use super::{dec, transfer, Harness};
+use crate::ledger::transfer::OutgoingTransfer;
+use crate::runtime::clock::SeededClock;
+use crate::runtime::{Engine, EngineConfig};
+use crate::shard::command::{BatchMark, TransferCredit};
+use crate::shard::state::Shard;
+use crate::values::ids::Uuid;
+use crate::{Command, Event, Outcome, Rejection, WalletId};
+
+const BATCH: Uuid = Uuid([7; 16]);
+
+fn reserve(h: &mut Harness, from: WalletId, to: WalletId, amount: &str) -> OutgoingTransfer {
+    match h.ok(Command::TransferBatchReserve(transfer(
+        from, to, amount, "EUR",
+    ))) {
+        Outcome::TransferReserved { transfer, .. } => transfer,
+        other => panic!("not reserved: {other:?}"),
+    }
+}
+
+fn prepare(h: &mut Harness, shards: &[u32], transfers: &[&OutgoingTransfer]) {
+    h.ok(Command::TransferBatchMark {
+        batch: BATCH,
+        mark: BatchMark::Prepared {
+            shards: shards.to_vec(),
+            transfers: transfers.iter().map(|t| t.uuid).collect(),
+        },
+    });
+}
+
+fn close(h: &mut Harness) -> Outcome {
+    h.ok(Command::TransferBatchMark {
+        batch: BATCH,
+        mark: BatchMark::Closed,
+    })
+}
+
+#[test]
+fn a_batch_reserve_may_target_its_own_shard_and_a_plain_reserve_may_not() {
+    let mut h = Harness::with_shard(Shard::new(0, 2).unwrap());
+    let a = h.create(1, "EUR");
+    let b = h.create(3, "EUR");
+    h.deposit(a, "10");
+    assert!(h.shard.owns(b));
+    let refused = h.reject(Command::TransferReserve(transfer(a, b, "1", "EUR")));
+    assert!(
+        matches!(refused, Rejection::InvalidRequest(_)),
+        "{refused:?}"
+    );
+    let reserved = reserve(&mut h, a, b, "4");
+    assert_eq!(h.balance(a), dec("6"));
+    // Its credit, on the same shard, as a committed batch's.
+    h.ok(Command::TransferCredit(TransferCredit::for_batch(
+        &reserved, BATCH,
+    )));
+    assert_eq!(h.balance(b), dec("4"));
+    // A plain credit from this shard is still refused.
+    let other = reserve(&mut h, a, b, "1");
+    let refused = h.reject(Command::TransferCredit(TransferCredit::for_transfer(
+        &other,
+    )));
+    assert!(
+        matches!(refused, Rejection::InvalidRequest(_)),
+        "{refused:?}"
+    );
+}
+
+#[test]
+fn a_committed_batch_credits_a_target_frozen_after_the_decision() {
+    let mut source = Harness::with_shard(Shard::new(0, 2).unwrap());
+    let mut target = Harness::with_shard(Shard::new(1, 2).unwrap());
+    let a = source.create(1, "EUR");
+    let b = target.create(2, "EUR");
+    source.deposit(a, "10");
+    let reserved = reserve(&mut source, a, b, "3");
+    target.ok(Command::FreezeWallet { wallet_id: b });
+    let refused = target.reject(Command::TransferCredit(TransferCredit::for_transfer(
+        &reserved,
+    )));
+    assert!(matches!(refused, Rejection::WalletFrozen), "{refused:?}");
+    target.ok(Command::TransferCredit(TransferCredit::for_batch(
+        &reserved, BATCH,
+    )));
+    assert_eq!(target.balance(b), dec("3"));
+}
+
+#[test]
+fn a_prepared_batch_is_held_apart_from_single_transfers_until_closed() {
+    let mut h = Harness::with_shard(Shard::new(0, 2).unwrap());
+    let a = h.create(1, "EUR");
+    let b = WalletId(1); // on shard 1
+    h.deposit(a, "10");
+    let first = reserve(&mut h, a, b, "2");
+    let second = reserve(&mut h, a, b, "3");
+    // Only reserved transfers of this shard, each in one batch, and the batch names this shard.
+    let mut wrong = h.shard.clone();
+    let mut wrong_ctx = h.ctx();
+    wrong_ctx.now_ms = h.now_ms;
+    for bad in [
+        BatchMark::Prepared {
+            shards: vec![1],
+            transfers: vec![first.uuid],
+        },
+        BatchMark::Prepared {
+            shards: vec![0, 1],
+            transfers: vec![Uuid([9; 16])],
+        },
+        BatchMark::Prepared {
+            shards: vec![1, 0],
+            transfers: vec![first.uuid],
+        },
+    ] {
+        let command = Command::TransferBatchMark {
+            batch: BATCH,
+            mark: bad,
+        };
+        assert!(wrong.execute(&command, &wrong_ctx).is_err(), "{command:?}");
+    }
+    prepare(&mut h, &[0, 1], &[&first, &second]);
+    assert!(
+        h.shard.pending_outgoing_transfers().is_empty(),
+        "recovery must not finish a batch's transfers one by one"
+    );
+    let again = Command::TransferBatchMark {
+        batch: Uuid([8; 16]),
+        mark: BatchMark::Prepared {
+            shards: vec![0, 1],
+            transfers: vec![first.uuid],
+        },
+    };
+    h.reject(again);
+    // The open batch survives a snapshot, and the snapshot refuses one that does not fit.
+    let bytes = h.shard.snapshot_bytes().unwrap();
+    let loaded = Shard::from_snapshot_bytes(&bytes).unwrap();
+    assert_eq!(loaded.state_digest(), h.shard.state_digest());
+    assert_eq!(loaded.prepared_batches(), h.shard.prepared_batches());
+    assert!(loaded.pending_outgoing_transfers().is_empty());
+    // Closing waits for every transfer to settle.
+    let refused = h.reject(Command::TransferBatchMark {
+        batch: BATCH,
+        mark: BatchMark::Closed,
+    });
+    assert!(matches!(refused, Rejection::InvalidState(_)), "{refused:?}");
+    h.ok(Command::TransferFinalize {
+        transfer_uuid: first.uuid,
+    });
+    h.ok(Command::TransferRelease {
+        transfer_uuid: second.uuid,
+    });
+    h.log.clear();
+    close(&mut h);
+    assert_eq!(h.log, vec![Event::TransferBatchClosed { batch: BATCH }]);
+    assert!(h.shard.prepared_batches().is_empty());
+    // Closing again is a no-op.
+    h.log.clear();
+    assert_eq!(close(&mut h), Outcome::TransferBatchMarked);
+    assert!(h.log.is_empty());
+}
+
+/// Two shards: `a0` (shard 0, 100 EUR) pays `b1` (shard 1) 10, `a1` (shard 1, 100 EUR) pays
+/// `b0` (shard 0) 20, in one atomic batch. `run` writes what a run did, shard by shard, up to
+/// where it stopped; recovery then settles the batch.
+struct Crash {
+    shards: [Harness; 2],
+    entries: Vec<(u32, Vec<Event>)>,
+    wallets: [WalletId; 4],
+    /// The source shards the prepares name.
+    voters: Vec<u32>,
+}
+
+impl Crash {
+    fn new() -> Self {
+        let mut shards = [
+            Harness::with_shard(Shard::new(0, 2).unwrap()),
+            Harness::with_shard(Shard::new(1, 2).unwrap()),
+        ];
+        let a0 = shards[0].create(1, "EUR");
+        let b0 = shards[0].create(3, "EUR");
+        let a1 = shards[1].create(2, "EUR");
+        let b1 = shards[1].create(4, "EUR");
+        shards[0].deposit(a0, "100");
+        shards[1].deposit(a1, "100");
+        let mut crash = Crash {
+            shards,
+            entries: Vec::new(),
+            wallets: [a0, b0, a1, b1],
+            voters: vec![0, 1],
+        };
+        crash.take(0);
+        crash.take(1);
+        crash
+    }
+
+    /// Logs what shard `i` did since the last take as one record.
+    fn take(&mut self, i: usize) {
+        let events = std::mem::take(&mut self.shards[i].log);
+        if !events.is_empty() {
+            self.entries.push((i as u32, events));
+        }
+    }
+
+    /// The prepare of shard `i`: its item reserved and the batch marked, in one record.
+    fn prepare(&mut self, i: usize) -> OutgoingTransfer {
+        let [a0, b0, a1, b1] = self.wallets;
+        let (from, to, amount) = if i == 0 {
+            (a0, b1, "10")
+        } else {
+            (a1, b0, "20")
+        };
+        let reserved = reserve(&mut self.shards[i], from, to, amount);
+        let voters = self.voters.clone();
+        prepare(&mut self.shards[i], &voters, &[&reserved]);
+        self.take(i);
+        reserved
+    }
+
+    /// Opens an engine on the log; returns the four balances and the recovery report.
+    async fn recover(self) -> ([Decimal; 4], crate::runtime::RecoveryReport) {
+        let dir = tempfile::tempdir().unwrap();
+        let mut config = EngineConfig::new(dir.path());
+        config.shard_count = 2;
+        config.snapshot_every_records = 0;
+        write_log(&config, self.entries);
+        let clock = Arc::new(SeededClock::new(31, START_MS));
+        let (engine, report) =
+            Engine::open(config.clone(), clock.clone(), Arc::new(DebugRenderer)).unwrap();
+        let mut balances = [Decimal::ZERO; 4];
+        for (slot, wallet) in balances.iter_mut().zip(self.wallets) {
+            *slot = engine
+                .read_wallet(wallet, move |s| s.wallet(wallet).unwrap().balance())
+                .await
+                .unwrap();
+        }
+        engine.check_invariants().await.unwrap();
+        for shard in 0..2 {
+            let open = engine
+                .peek_shard(shard, |s| s.prepared_batches().len())
+                .await
+                .unwrap();
+            assert_eq!(open, 0, "shard {shard} still has the batch open");
+        }
+        assert_eq!(engine.pending_cross_shard_moves().await.unwrap(), 0);
+        engine.shutdown().unwrap();
+        // And the settlement itself was logged: a second start finds nothing to do.
+        let (engine, again) = Engine::open(config, clock, Arc::new(DebugRenderer)).unwrap();
+        assert_eq!(again.batches_completed + again.batches_released, 0);
+        engine.shutdown().unwrap();
+        (balances, report)
+    }
+}
+
+const UNTOUCHED: [&str; 4] = ["100", "0", "100", "0"];
+const POSTED: [&str; 4] = ["90", "20", "80", "10"];
+
+fn amounts(values: [&str; 4]) -> [Decimal; 4] {
+    values.map(dec)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_prepared_on_some_of_its_shards_is_released_by_recovery() {
+    let mut crash = Crash::new();
+    crash.prepare(0);
+    let (balances, report) = crash.recover().await;
+    assert_eq!(balances, amounts(UNTOUCHED));
+    assert_eq!((report.batches_released, report.batches_completed), (1, 0));
+    assert_eq!(
+        report.transfers_completed, 0,
+        "not finished as a single transfer"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_prepared_on_all_its_shards_is_completed_by_recovery() {
+    let mut crash = Crash::new();
+    crash.prepare(0);
+    crash.prepare(1);
+    let (balances, report) = crash.recover().await;
+    assert_eq!(balances, amounts(POSTED));
+    assert_eq!((report.batches_released, report.batches_completed), (0, 1));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_committed_batch_with_a_target_frozen_since_is_completed_by_recovery() {
+    let mut crash = Crash::new();
+    let [_, b0, _, _] = crash.wallets;
+    crash.prepare(0);
+    crash.prepare(1);
+    crash.shards[0].ok(Command::FreezeWallet { wallet_id: b0 });
+    crash.take(0);
+    let (balances, report) = crash.recover().await;
+    assert_eq!(balances, amounts(POSTED));
+    assert_eq!(report.batches_completed, 1);
+}
+
+/// A commit that was half credited when the process died.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_stopped_between_its_credits_is_completed_by_recovery() {
+    let mut crash = Crash::new();
+    let first = crash.prepare(0);
+    crash.prepare(1);
+    crash.shards[1].ok(Command::TransferCredit(TransferCredit::for_batch(
+        &first, BATCH,
+    )));
+    crash.take(1);
+    let (balances, report) = crash.recover().await;
+    assert_eq!(balances, amounts(POSTED));
+    assert_eq!(report.batches_completed, 1);
+}
+
+/// Closed on one shard after every finalize, still open on the other: the batch is no longer
+/// complete on the logs, and recovery must not release anything (nothing is reserved), only
+/// close it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_closed_on_one_shard_is_closed_on_the_other_without_moving_money() {
+    let mut crash = Crash::new();
+    let first = crash.prepare(0);
+    let second = crash.prepare(1);
+    crash.shards[1].ok(Command::TransferCredit(TransferCredit::for_batch(
+        &first, BATCH,
+    )));
+    crash.take(1);
+    crash.shards[0].ok(Command::TransferCredit(TransferCredit::for_batch(
+        &second, BATCH,
+    )));
+    crash.take(0);
+    crash.shards[0].ok(Command::TransferFinalize {
+        transfer_uuid: first.uuid,
+    });
+    crash.take(0);
+    crash.shards[1].ok(Command::TransferFinalize {
+        transfer_uuid: second.uuid,
+    });
+    crash.take(1);
+    close(&mut crash.shards[0]);
+    crash.take(0);
+    let (balances, report) = crash.recover().await;
+    assert_eq!(balances, amounts(POSTED));
+    assert_eq!(report.batches_released, 1, "settled by the abort rule");
+}
+
+/// Three source shards, the third refused its prepare: the run released and closed shard 0,
+/// and died before shard 1 (the log of the third holds nothing of the batch).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_aborted_on_one_shard_is_released_on_the_other() {
+    let mut crash = Crash::new();
+    crash.voters = vec![0, 1, 2];
+    let first = crash.prepare(0);
+    crash.prepare(1);
+    crash.shards[0].ok(Command::TransferRelease {
+        transfer_uuid: first.uuid,
+    });
+    close(&mut crash.shards[0]);
+    crash.take(0);
+    let (balances, report) = crash.recover().await;
+    assert_eq!(balances, amounts(UNTOUCHED));
+    assert_eq!((report.batches_released, report.batches_completed), (1, 0));
+}
+
+#[test]
+fn a_version_6_snapshot_loads_with_no_open_batch() {
+    let mut h = Harness::with_shard(Shard::new(0, 2).unwrap());
+    let a = h.create(1, "EUR");
+    h.deposit(a, "10");
+    let mut bytes = h.shard.snapshot_bytes().unwrap();
+    assert_eq!(bytes[0], 7);
+    // Version 7 = version 6 + the open batches (none: one length byte).
+    assert_eq!(bytes.pop(), Some(0));
+    bytes[0] = 6;
+    let loaded = Shard::from_snapshot_bytes(&bytes).unwrap();
+    assert_eq!(loaded.state_digest(), h.shard.state_digest());
+    assert!(loaded.prepared_batches().is_empty());
+}
