@@ -276,6 +276,29 @@ async fn an_atomic_batch_across_shards_prepares_once_per_source_shard_and_posts_
         .filter(|e| matches!(e, Event::TransferBatchClosed { .. }))
         .count();
     assert_eq!(closes, 2, "closed on each source shard");
+    // A close only after every finalize is durable (else recovery, finding the batch closed on
+    // one shard, would release the other's credited transfers).
+    let position = |wanted: fn(&Event) -> bool| {
+        records
+            .iter()
+            .enumerate()
+            .filter(move |(_, r)| r.events.iter().any(wanted))
+            .map(|(index, _)| index)
+    };
+    let last_finalize = position(|e| matches!(e, Event::TransferFinalized { .. }))
+        .max()
+        .unwrap();
+    let first_close = position(|e| matches!(e, Event::TransferBatchClosed { .. }))
+        .min()
+        .unwrap();
+    assert!(last_finalize < first_close, "closed before every finalize");
+    let last_credit = position(|e| matches!(e, Event::TransferCredited(_)))
+        .max()
+        .unwrap();
+    let first_finalize = position(|e| matches!(e, Event::TransferFinalized { .. }))
+        .min()
+        .unwrap();
+    assert!(last_credit < first_finalize, "finalized before every credit");
     // Replay rebuilds the same balances.
     let engine = open_sharded(dir.path(), 4);
     for (wallet, cents) in expected {
