@@ -722,7 +722,8 @@ fn replay(args: &ReplayArgs) -> anyhow::Result<()> {
             .await
             .map_err(|e| anyhow::anyhow!("{e}"))?;
         // Quarantined moves are reported above and stay reserved on purpose; any other is a bug.
-        let unreported = pending.saturating_sub(report.quarantined.len());
+        let quarantined: usize = report.quarantined.iter().map(|moved| moved.moves).sum();
+        let unreported = pending.saturating_sub(quarantined);
         if unreported > 0 {
             bail!("invariant violated: {unreported} cross-shard moves are still half-done after recovery");
         }

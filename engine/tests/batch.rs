@@ -298,7 +298,10 @@ async fn an_atomic_batch_across_shards_prepares_once_per_source_shard_and_posts_
     let first_finalize = position(|e| matches!(e, Event::TransferFinalized { .. }))
         .min()
         .unwrap();
-    assert!(last_credit < first_finalize, "finalized before every credit");
+    assert!(
+        last_credit < first_finalize,
+        "finalized before every credit"
+    );
     // Replay rebuilds the same balances.
     let engine = open_sharded(dir.path(), 4);
     for (wallet, cents) in expected {

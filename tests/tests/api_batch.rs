@@ -1,6 +1,7 @@
 //! `POST /v1/transfers/batch` over HTTP (issue 15): mixed success and failure, atomic rollback,
-//! cross-shard items on 4 shards, replay under an Idempotency-Key, bodies refused whole, and a
-//! SIGKILL in the middle of batch traffic followed by the crash drill's audit.
+//! cross-shard items on 4 shards (atomic too), replay under an Idempotency-Key (an atomic batch
+//! across shards too), bodies refused whole, and a SIGKILL in the middle of batch traffic
+//! followed by the crash drill's audit.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -298,6 +299,63 @@ fn a_keyed_batch_replays_its_whole_answer() {
     let after = server.post_idempotent(BATCH, &alice.token, "batch-0001", &body);
     assert_eq!(after.body, first.body);
     assert_eq!(balance(&server, alice.wallet_id), dec("90.00"));
+}
+
+/// An atomic batch across shards under an Idempotency-Key: its answer, posted or refused, is
+/// replayed byte for byte, also after a restart, and nothing moves twice.
+#[test]
+fn a_keyed_atomic_batch_across_shards_replays_its_answer() {
+    let server = Server::start_with(Options {
+        shards: Some(2),
+        ..Options::default()
+    });
+    let by_shard = spread(&server, 2, 2, "100.00");
+    let payer = &by_shard[0][0];
+    let posted = json!({"atomic": true, "transfers": [
+        item(payer.wallet_id, by_shard[1][0].wallet_id, "10.00"),
+        item(payer.wallet_id, by_shard[0][1].wallet_id, "5.00"),
+    ]})
+    .to_string();
+    let refused = json!({"atomic": true, "transfers": [
+        item(payer.wallet_id, by_shard[1][1].wallet_id, "1.00"),
+        item(payer.wallet_id, by_shard[1][0].wallet_id, "500.00"),
+    ]})
+    .to_string();
+    let first = server.post_idempotent(BATCH, &payer.token, "atomic-0001", &posted);
+    assert_eq!(first.status, 200, "{}", first.text());
+    assert_eq!(codes(&first.json()), ["ok", "ok"]);
+    let no = server.post_idempotent(BATCH, &payer.token, "atomic-0002", &refused);
+    assert_eq!(no.status, 422, "{}", no.text());
+    assert_eq!(no.json()["error"]["details"]["failed_index"], 1);
+    let check = |server: &Server| {
+        assert_eq!(balance(server, payer.wallet_id), dec("85.00"));
+        assert_eq!(balance(server, by_shard[1][0].wallet_id), dec("110.00"));
+        assert_eq!(balance(server, by_shard[0][1].wallet_id), dec("105.00"));
+        assert_eq!(balance(server, by_shard[1][1].wallet_id), dec("100.00"));
+    };
+    check(&server);
+    let mut server = server;
+    for round in 0..2 {
+        let again = server.post_idempotent(BATCH, &payer.token, "atomic-0001", &posted);
+        assert_eq!(again.status, 200, "round {round}");
+        assert_eq!(again.body, first.body, "round {round}");
+        assert_eq!(again.header("idempotent-replayed"), Some("true"));
+        let again = server.post_idempotent(BATCH, &payer.token, "atomic-0002", &refused);
+        assert_eq!(again.status, 422, "round {round}");
+        // An error envelope names the request that carried it; the rest is the first answer.
+        let without_request = |mut body: Value| {
+            body.as_object_mut().unwrap().remove("request_id");
+            body
+        };
+        assert_eq!(
+            without_request(again.json()),
+            without_request(no.json()),
+            "round {round}"
+        );
+        check(&server);
+        server.stop();
+        server.restart();
+    }
 }
 
 #[test]

@@ -12,7 +12,8 @@
 //! wallets, then transfers between random wallets (with 2 shards about half of those are
 //! cross-shard: three WAL records each instead of one), then, with 2 shards, transfers between
 //! random wallets of the same shard only and of different shards only; then transfers between
-//! random wallets in batches of 100 and of 1,000 (`Engine::execute_batch`, not atomic) from
+//! random wallets in batches of 100 and of 1,000 (`Engine::execute_batch`, not atomic), and of
+//! 1,000 atomic (with 2 shards: reserved on both, then credited, finalized and closed), from
 //! [`BATCH_CALLERS`] callers: one actor message and one WAL record per shard and step instead of
 //! one per transfer (issue 15). Batch rows count transfers, not batches, in every per-op column.
 //!
@@ -40,8 +41,9 @@ const BASELINE_RUN: Duration = Duration::from_secs(1);
 const DEPOSIT_RECORD_BYTES: usize = 357;
 /// Closed-loop callers of the batch rows (the HTTP bench's batch rows use 8 connections).
 const BATCH_CALLERS: usize = 8;
-/// Transfers per batch in the batch rows.
-const BATCH_SIZES: [usize; 2] = [100, 1_000];
+/// Transfers per batch in the batch rows, and whether the batch is atomic (with 2 shards an
+/// atomic batch of random pairs spans both: the two-phase protocol of `runtime::atomic_batch`).
+const BATCH_ROWS: [(usize, bool); 3] = [(100, false), (1_000, false), (1_000, true)];
 
 /// Which pairs of wallets a transfer run picks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -299,8 +301,12 @@ fn measure(
             })
         });
     }
-    for size in BATCH_SIZES {
-        let workload = format!("transfer batch x{size}, random");
+    for (size, atomic) in BATCH_ROWS {
+        let workload = if atomic {
+            format!("transfer batch x{size}, random, atomic")
+        } else {
+            format!("transfer batch x{size}, random")
+        };
         let (engine_c, ids_c) = (engine.clone(), ids.clone());
         row(&workload, size as u64, &engine, &|| {
             let (engine, ids) = (engine_c.clone(), ids_c.clone());
@@ -323,7 +329,7 @@ fn measure(
                         .collect();
                     let engine = engine.clone();
                     async move {
-                        let answer = engine.execute_batch(items, false).await?;
+                        let answer = engine.execute_batch(items, atomic).await?;
                         // A refused item fails the run (the row asserts none): every wallet
                         // holds far more than a run can move out of it.
                         match answer.items.into_iter().find_map(|item| match item {

@@ -3,11 +3,12 @@
 //!
 //! # Protocol
 //!
-//! 1. **Decide** (peeks, nothing logged): every target can take its credit now (a client wallet
+//! 1. **Decide** (reads, nothing logged): every target can take its credit now (a client wallet
 //!    of the item's currency, not frozen: [`Shard::check_transfer_target`]). If one cannot, the
 //!    sources of the items up to it are checked the same way ([`Shard::check_transfer_source`],
 //!    with what earlier items take from the same wallet), so the answer names the first failing
-//!    item and its own error, as the items run in order would; nothing is posted.
+//!    item and its own error; nothing is posted. The reads answer once what they saw is durable,
+//!    so a refusal never rests on a change (a freeze, a withdrawal) a crash could still undo.
 //! 2. **Prepare**, one atomic message and one record per source shard, in parallel: every item
 //!    whose source is there is reserved into the shard's in-transit account
 //!    ([`Command::TransferBatchReserve`], also for a target on the same shard, so that nothing
@@ -24,6 +25,15 @@
 //!    is durable, close the batch on each source shard (`TransferBatchClosed`).
 //! 5. **Abort** (a prepare refused): release every reservation and close the batch, one message
 //!    per shard that prepared.
+//!
+//! Every reserve runs before any credit, so an item cannot spend what an earlier item of the
+//! same batch credits to its source (a one-shard atomic batch, applied item by item, can; a
+//! non-atomic batch across shards cannot either). The first failing item is named in that
+//! order: sources against their balances less what earlier items take, then targets.
+//!
+//! A committed batch whose completion is refused (a store read that failed) is retried a few
+//! times before it is left open for the restart's recovery; an aborted one whose releases
+//! cannot be logged is answered as aborted all the same (the restart releases it).
 //!
 //! # Recovery
 //!
@@ -58,6 +68,10 @@ use crate::shard::command::{
 use crate::shard::state::Shard;
 use crate::values::error::Rejection;
 use crate::values::ids::{Uuid, WalletId};
+
+/// Attempts at completing a committed batch before leaving it to recovery (20, 100 and 500 ms
+/// apart).
+const COMMIT_TRIES: u32 = 4;
 
 /// One item of an atomic batch: its position in the batch, and its source and target shards.
 pub(crate) struct AtomicItem {
@@ -194,11 +208,14 @@ impl Engine {
         reserved.sort_by_key(|(position, _, _)| *position);
         let transfers: Vec<OutgoingTransfer> = reserved.iter().map(|(_, t, _)| t.clone()).collect();
         if let Some((position, rejection)) = refused {
-            self.settle_batch(batch, &closing, &transfers, false)
-                .await?;
+            // Aborted for certain: if a release cannot be logged now, the restart releases it
+            // (a refused prepare never looks complete), so the answer stands.
+            if let Err(error) = self.settle_batch(batch, &closing, &transfers, false).await {
+                tracing::error!(%batch, %error, "an aborted atomic batch could not be released now: its reservations stay in transit until a restart releases them");
+            }
             return Ok(aborted(len, position, rejection));
         }
-        self.settle_batch(batch, &closing, &transfers, true).await?;
+        self.complete_committed(batch, &closing, &transfers).await?;
 
         // Every item posted: the debit sides, as a single transfer answers them.
         let mut answers: Vec<Option<BatchItemResult>> = (0..len).map(|_| None).collect();
@@ -249,7 +266,7 @@ impl Engine {
         let mut failing = None;
         for (shard, wanted) in by_target {
             let found = self
-                .peek_shard(shard, move |s: &Shard| {
+                .read_shard(shard, move |s: &Shard| {
                     wanted.into_iter().find_map(|(position, wallet, currency)| {
                         s.check_transfer_target(wallet, currency)
                             .err()
@@ -273,7 +290,7 @@ impl Engine {
         }
         for (shard, wanted) in by_source {
             let found = self
-                .peek_shard(shard, move |s: &Shard| {
+                .read_shard(shard, move |s: &Shard| {
                     let mut spent: BTreeMap<WalletId, Decimal> = BTreeMap::new();
                     for (position, args) in wanted {
                         let before = spent.get(&args.source_wallet_id).copied();
@@ -295,6 +312,34 @@ impl Engine {
             };
         }
         Ok(failing)
+    }
+
+    /// Step 4 of a committed batch, retried a few times: every step is idempotent, and a
+    /// refusal now (a store read that failed) would otherwise leave the batch half credited
+    /// until a restart. If it still fails, the batch stays open for recovery, loudly.
+    async fn complete_committed(
+        &self,
+        batch: Uuid,
+        shards: &[u32],
+        transfers: &[OutgoingTransfer],
+    ) -> Result<(), EngineError> {
+        let mut pause = std::time::Duration::from_millis(20);
+        let mut tries = 1;
+        loop {
+            match self.settle_batch(batch, shards, transfers, true).await {
+                Ok(()) => return Ok(()),
+                Err(error) if tries < COMMIT_TRIES && self.failure().is_none() => {
+                    tracing::warn!(%batch, %error, tries, "completing a committed atomic batch failed; trying again");
+                    tokio::time::sleep(pause).await;
+                    pause *= 5;
+                    tries += 1;
+                }
+                Err(error) => {
+                    tracing::error!(%batch, %error, "a committed atomic batch could not be completed: it stays open, its money in transit, until a restart completes it");
+                    return Err(error);
+                }
+            }
+        }
     }
 
     /// Steps 4 and 5 (see the module docs): completes (`commit`) or aborts the batch's

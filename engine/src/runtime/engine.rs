@@ -769,13 +769,12 @@ impl Engine {
             .clone()
     }
 
-    /// Cross-shard moves still between their first and last step (transfers and payment
-    /// reservations `reserved`). After recovery there are none: it finishes them.
+    /// Cross-shard moves still between their first and last step (transfers, those of open
+    /// atomic batches included, and payment reservations `reserved`). After recovery there are
+    /// none but the quarantined: it finishes them.
     pub async fn pending_cross_shard_moves(&self) -> Result<usize, EngineError> {
         let counts = self
-            .read_all(|s| {
-                s.pending_outgoing_transfers().len() + s.pending_payment_reservations().len()
-            })
+            .read_all(|s| s.reserved_outgoing_count() + s.pending_payment_reservations().len())
             .await?;
         Ok(counts.iter().sum())
     }

@@ -87,6 +87,8 @@ pub struct QuarantinedMove {
     pub uuid: crate::values::ids::Uuid,
     /// The payment, for a payment step.
     pub payment_uuid: Option<crate::values::ids::Uuid>,
+    /// The moves it leaves reserved: 1, or a batch's transfers still reserved.
+    pub moves: usize,
     /// Why finishing it failed.
     pub reason: String,
 }
@@ -582,6 +584,7 @@ pub(crate) fn open(
                     kind: "transfer batch",
                     uuid: open.batch,
                     payment_uuid: None,
+                    moves: open.transfers.len(),
                     reason: String::new(),
                 };
                 quarantine(&engine, &mut quarantined, found, error)?;
@@ -606,6 +609,7 @@ pub(crate) fn open(
                     kind: "transfer",
                     uuid: transfer.uuid,
                     payment_uuid: None,
+                    moves: 1,
                     reason: String::new(),
                 };
                 quarantine(&engine, &mut quarantined, found, error)?;
@@ -629,6 +633,7 @@ pub(crate) fn open(
                     kind,
                     uuid,
                     payment_uuid: Some(payment),
+                    moves: 1,
                     reason: String::new(),
                 };
                 quarantine(&engine, &mut quarantined, found, error)?;

@@ -570,8 +570,13 @@ fn check_prepared_batches(
             transfers: batch.transfers.clone(),
         };
         event.validate().map_err(DecodeError::Invalid)?;
-        if !batch.shards.contains(&shard.shard_index()) {
-            return Err(DecodeError::Invalid("an open batch not of this shard"));
+        let count = shard.ids.shard_count();
+        if !batch.shards.contains(&shard.shard_index())
+            || batch.shards.iter().any(|index| *index >= count)
+        {
+            return Err(DecodeError::Invalid(
+                "an open batch not of this shard, or naming a shard that does not exist",
+            ));
         }
         for uuid in &batch.transfers {
             let reserved = shard

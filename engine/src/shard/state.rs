@@ -612,11 +612,7 @@ impl Shard {
     /// order: what recovery must complete.
     #[must_use]
     pub fn pending_outgoing_transfers(&self) -> Vec<OutgoingTransfer> {
-        let in_batch: std::collections::BTreeSet<Uuid> = self
-            .prepared_batches
-            .values()
-            .flat_map(|batch| batch.transfers.iter().copied())
-            .collect();
+        let in_batch = self.transfers_in_batches();
         self.transfers_out
             .values()
             .filter(|transfer| {
@@ -624,6 +620,25 @@ impl Shard {
             })
             .cloned()
             .collect()
+    }
+
+    /// The transfers of the open atomic batches (each in one batch).
+    pub(crate) fn transfers_in_batches(&self) -> std::collections::HashSet<Uuid> {
+        self.prepared_batches
+            .values()
+            .flat_map(|batch| batch.transfers.iter().copied())
+            .collect()
+    }
+
+    /// Every outgoing cross-shard transfer still `reserved`, those of open atomic batches
+    /// included: money in transit ([`Shard::pending_outgoing_transfers`] leaves the batches'
+    /// out, since recovery settles each batch as a whole).
+    #[must_use]
+    pub fn reserved_outgoing_count(&self) -> usize {
+        self.transfers_out
+            .values()
+            .filter(|transfer| transfer.state == TransferState::Reserved)
+            .count()
     }
 
     /// The atomic transfer batches prepared here and not closed (recovery settles them as a

@@ -123,6 +123,10 @@ fn a_prepared_batch_is_held_apart_from_single_transfers_until_closed() {
             shards: vec![1, 0],
             transfers: vec![first.uuid],
         },
+        BatchMark::Prepared {
+            shards: vec![0, 2],
+            transfers: vec![first.uuid],
+        },
     ] {
         let command = Command::TransferBatchMark {
             batch: BATCH,
@@ -171,11 +175,11 @@ fn a_prepared_batch_is_held_apart_from_single_transfers_until_closed() {
     assert!(h.log.is_empty());
 }
 
-/// Two shards: `a0` (shard 0, 100 EUR) pays `b1` (shard 1) 10, `a1` (shard 1, 100 EUR) pays
-/// `b0` (shard 0) 20, in one atomic batch. `run` writes what a run did, shard by shard, up to
-/// where it stopped; recovery then settles the batch.
+/// Two source shards: `a0` (shard 0, 100 EUR) pays `b1` (shard 1) 10 and `b0` (its own shard)
+/// 5, `a1` (shard 1, 100 EUR) pays `b0` (shard 0) 20, in one atomic batch. The tests write
+/// what a run did, shard by shard, up to where it stopped; recovery then settles the batch.
 struct Crash {
-    shards: [Harness; 2],
+    shards: Vec<Harness>,
     entries: Vec<(u32, Vec<Event>)>,
     wallets: [WalletId; 4],
     /// The source shards the prepares name.
@@ -184,10 +188,14 @@ struct Crash {
 
 impl Crash {
     fn new() -> Self {
-        let mut shards = [
-            Harness::with_shard(Shard::new(0, 2).unwrap()),
-            Harness::with_shard(Shard::new(1, 2).unwrap()),
-        ];
+        Self::on(2)
+    }
+
+    /// On `count` shards (the batch's wallets on shards 0 and 1).
+    fn on(count: u32) -> Self {
+        let mut shards: Vec<Harness> = (0..count)
+            .map(|i| Harness::with_shard(Shard::new(i, count).unwrap()))
+            .collect();
         let a0 = shards[0].create(1, "EUR");
         let b0 = shards[0].create(3, "EUR");
         let a1 = shards[1].create(2, "EUR");
@@ -213,26 +221,56 @@ impl Crash {
         }
     }
 
-    /// The prepare of shard `i`: its item reserved and the batch marked, in one record.
-    fn prepare(&mut self, i: usize) -> OutgoingTransfer {
+    /// The prepare of shard `i`: its items reserved and the batch marked, in one record.
+    fn prepare(&mut self, i: usize) -> Vec<OutgoingTransfer> {
         let [a0, b0, a1, b1] = self.wallets;
-        let (from, to, amount) = if i == 0 {
-            (a0, b1, "10")
+        let items: &[(WalletId, WalletId, &str)] = if i == 0 {
+            &[(a0, b1, "10"), (a0, b0, "5")]
         } else {
-            (a1, b0, "20")
+            &[(a1, b0, "20")]
         };
-        let reserved = reserve(&mut self.shards[i], from, to, amount);
+        let reserved: Vec<OutgoingTransfer> = items
+            .iter()
+            .map(|(from, to, amount)| reserve(&mut self.shards[i], *from, *to, amount))
+            .collect();
         let voters = self.voters.clone();
-        prepare(&mut self.shards[i], &voters, &[&reserved]);
+        prepare(
+            &mut self.shards[i],
+            &voters,
+            &reserved.iter().collect::<Vec<_>>(),
+        );
         self.take(i);
         reserved
+    }
+
+    /// Credits `transfer` on its target's shard, as a committed batch's, in one record.
+    fn credit(&mut self, transfer: &OutgoingTransfer) {
+        let i = self
+            .shards
+            .iter()
+            .position(|h| h.shard.owns(transfer.target_wallet_id))
+            .unwrap();
+        self.shards[i].ok(Command::TransferCredit(TransferCredit::for_batch(
+            transfer, BATCH,
+        )));
+        self.take(i);
+    }
+
+    /// Finalizes `transfers` on shard `i`, in one record.
+    fn finalize(&mut self, i: usize, transfers: &[OutgoingTransfer]) {
+        for transfer in transfers {
+            self.shards[i].ok(Command::TransferFinalize {
+                transfer_uuid: transfer.uuid,
+            });
+        }
+        self.take(i);
     }
 
     /// Opens an engine on the log; returns the four balances and the recovery report.
     async fn recover(self) -> ([Decimal; 4], crate::runtime::RecoveryReport) {
         let dir = tempfile::tempdir().unwrap();
         let mut config = EngineConfig::new(dir.path());
-        config.shard_count = 2;
+        config.shard_count = self.shards.len() as u32;
         config.snapshot_every_records = 0;
         write_log(&config, self.entries);
         let clock = Arc::new(SeededClock::new(31, START_MS));
@@ -246,7 +284,7 @@ impl Crash {
                 .unwrap();
         }
         engine.check_invariants().await.unwrap();
-        for shard in 0..2 {
+        for shard in 0..config.shard_count {
             let open = engine
                 .peek_shard(shard, |s| s.prepared_batches().len())
                 .await
@@ -264,7 +302,7 @@ impl Crash {
 }
 
 const UNTOUCHED: [&str; 4] = ["100", "0", "100", "0"];
-const POSTED: [&str; 4] = ["90", "20", "80", "10"];
+const POSTED: [&str; 4] = ["85", "25", "80", "10"];
 
 fn amounts(values: [&str; 4]) -> [Decimal; 4] {
     values.map(dec)
@@ -306,16 +344,14 @@ async fn a_committed_batch_with_a_target_frozen_since_is_completed_by_recovery()
     assert_eq!(report.batches_completed, 1);
 }
 
-/// A commit that was half credited when the process died.
+/// A commit that was half credited when the process died (the same-shard item's credit done,
+/// the others not).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_batch_stopped_between_its_credits_is_completed_by_recovery() {
     let mut crash = Crash::new();
     let first = crash.prepare(0);
     crash.prepare(1);
-    crash.shards[1].ok(Command::TransferCredit(TransferCredit::for_batch(
-        &first, BATCH,
-    )));
-    crash.take(1);
+    crash.credit(&first[1]);
     let (balances, report) = crash.recover().await;
     assert_eq!(balances, amounts(POSTED));
     assert_eq!(report.batches_completed, 1);
@@ -329,22 +365,11 @@ async fn a_batch_closed_on_one_shard_is_closed_on_the_other_without_moving_money
     let mut crash = Crash::new();
     let first = crash.prepare(0);
     let second = crash.prepare(1);
-    crash.shards[1].ok(Command::TransferCredit(TransferCredit::for_batch(
-        &first, BATCH,
-    )));
-    crash.take(1);
-    crash.shards[0].ok(Command::TransferCredit(TransferCredit::for_batch(
-        &second, BATCH,
-    )));
-    crash.take(0);
-    crash.shards[0].ok(Command::TransferFinalize {
-        transfer_uuid: first.uuid,
-    });
-    crash.take(0);
-    crash.shards[1].ok(Command::TransferFinalize {
-        transfer_uuid: second.uuid,
-    });
-    crash.take(1);
+    for transfer in first.iter().chain(&second) {
+        crash.credit(transfer);
+    }
+    crash.finalize(0, &first);
+    crash.finalize(1, &second);
     close(&mut crash.shards[0]);
     crash.take(0);
     let (balances, report) = crash.recover().await;
@@ -356,13 +381,15 @@ async fn a_batch_closed_on_one_shard_is_closed_on_the_other_without_moving_money
 /// and died before shard 1 (the log of the third holds nothing of the batch).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_batch_aborted_on_one_shard_is_released_on_the_other() {
-    let mut crash = Crash::new();
+    let mut crash = Crash::on(3);
     crash.voters = vec![0, 1, 2];
     let first = crash.prepare(0);
     crash.prepare(1);
-    crash.shards[0].ok(Command::TransferRelease {
-        transfer_uuid: first.uuid,
-    });
+    for transfer in &first {
+        crash.shards[0].ok(Command::TransferRelease {
+            transfer_uuid: transfer.uuid,
+        });
+    }
     close(&mut crash.shards[0]);
     crash.take(0);
     let (balances, report) = crash.recover().await;
@@ -383,4 +410,40 @@ fn a_version_6_snapshot_loads_with_no_open_batch() {
     let loaded = Shard::from_snapshot_bytes(&bytes).unwrap();
     assert_eq!(loaded.state_digest(), h.shard.state_digest());
     assert!(loaded.prepared_batches().is_empty());
+}
+
+/// A committed batch whose credit the target refuses even now (another currency: the decision
+/// was made by a run that did not check it) cannot be settled: recovery quarantines it, counts
+/// its reserved transfers as moves in flight, and starts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_recovery_cannot_settle_is_quarantined_with_its_moves() {
+    let mut source = Harness::with_shard(Shard::new(0, 2).unwrap());
+    let mut target = Harness::with_shard(Shard::new(1, 2).unwrap());
+    let a = source.create(1, "EUR");
+    let b = target.create(2, "USD");
+    source.deposit(a, "10");
+    let mut entries = vec![
+        (0, std::mem::take(&mut source.log)),
+        (1, std::mem::take(&mut target.log)),
+    ];
+    let reserved = reserve(&mut source, a, b, "4");
+    prepare(&mut source, &[0], &[&reserved]);
+    entries.push((0, std::mem::take(&mut source.log)));
+
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = EngineConfig::new(dir.path());
+    config.shard_count = 2;
+    config.snapshot_every_records = 0;
+    write_log(&config, entries);
+    let clock = Arc::new(SeededClock::new(32, START_MS));
+    let (engine, report) = Engine::open(config, clock, Arc::new(DebugRenderer)).unwrap();
+    assert_eq!(report.quarantined.len(), 1, "{:?}", report.quarantined);
+    let moved = &report.quarantined[0];
+    assert_eq!(
+        (moved.kind, moved.uuid, moved.moves),
+        ("transfer batch", BATCH, 1)
+    );
+    assert_eq!(engine.pending_cross_shard_moves().await.unwrap(), 1);
+    engine.check_invariants().await.unwrap();
+    engine.shutdown().unwrap();
 }

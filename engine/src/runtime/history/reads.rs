@@ -332,8 +332,7 @@ impl Engine {
                     differs,
                     shard.transit_totals().clone(),
                     shard.cross_shard_legs(),
-                    shard.pending_outgoing_transfers().len()
-                        + shard.pending_payment_reservations().len(),
+                    shard.reserved_outgoing_count() + shard.pending_payment_reservations().len(),
                     shard.in_transit_by_currency(),
                 )
             })

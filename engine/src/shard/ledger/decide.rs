@@ -417,21 +417,19 @@ impl Shard {
                     transfers: transfers.clone(),
                 };
                 event.validate().map_err(Rejection::InvalidRequest)?;
+                let count = self.ids.shard_count();
                 if self.prepared_batches.contains_key(&batch)
                     || !shards.contains(&self.shard_index())
+                    || shards.iter().any(|shard| *shard >= count)
                 {
                     return Err(Rejection::InvalidState("batch already prepared here"));
                 }
-                let in_other = |uuid: &crate::values::ids::Uuid| {
-                    self.prepared_batches
-                        .values()
-                        .any(|open| open.transfers.contains(uuid))
-                };
+                let in_other = self.transfers_in_batches();
                 for uuid in transfers {
                     let reserved = self
                         .outgoing_transfer(*uuid)
                         .is_some_and(|transfer| transfer.state == TransferState::Reserved);
-                    if !reserved || in_other(uuid) {
+                    if !reserved || in_other.contains(uuid) {
                         return Err(Rejection::InvalidState(
                             "a batch transfer is not reserved here",
                         ));
