@@ -156,6 +156,7 @@ impl ApiError {
             R::FourEyes => StatusCode::FORBIDDEN,
             R::WrongShard(_) => StatusCode::INTERNAL_SERVER_ERROR,
             R::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            R::BatchTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             _ => StatusCode::UNPROCESSABLE_ENTITY,
         };
         if status == StatusCode::INTERNAL_SERVER_ERROR {

@@ -370,3 +370,83 @@ async fn an_atomic_batch_across_shards_that_fails_moves_nothing() {
     assert_eq!(all_balances(&engine, &w).await, untouched);
     engine.check_invariants().await.unwrap();
 }
+
+fn long_texts(mut args: TransferArgs) -> TransferArgs {
+    args.details.description = Some("d".repeat(4096));
+    args.details.external_reference = Some("r".repeat(4096));
+    args
+}
+
+/// A batch whose items carry texts at their longest: a non-atomic one is cut into as many log
+/// records as it needs, each within the log's record size; an atomic one whose items cannot
+/// share one record, or a keyed one whose answer cannot fit one, is refused whole and the shard
+/// keeps serving. (Before, such a batch built a record the log refused, which stops the shard.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_too_large_for_one_record_is_split_or_refused_never_logged_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = open(dir.path());
+    let payer = funded_wallet(&engine, 1, 100_000).await;
+    let payee = funded_wallet(&engine, 2, 0).await;
+    let items = || -> Vec<BatchItem> {
+        (0..1_000)
+            .map(|_| BatchItem::Transfer(long_texts(transfer(payer, payee, 1))))
+            .collect()
+    };
+    let refused = engine.execute_batch(items(), true).await.unwrap_err();
+    assert!(
+        matches!(
+            refused,
+            engine::runtime::EngineError::Rejected(Rejection::BatchTooLarge(_))
+        ),
+        "{refused:?}"
+    );
+    let key = engine::runtime::IdempotencyKey {
+        caller: "customer:1".into(),
+        key: "long-batch".into(),
+        fingerprint: [7; 32],
+        legacy_fingerprint: None,
+        route: 0,
+    };
+    let refused = engine
+        .execute_batch_idempotent(items(), false, key)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            refused,
+            engine::runtime::EngineError::Rejected(Rejection::BatchTooLarge(_))
+        ),
+        "{refused:?}"
+    );
+    assert_eq!(balance(&engine, payer).await, Decimal::new(100_000, 2));
+    let before = engine.lsns().0;
+    let answer = engine.execute_batch(items(), false).await.unwrap();
+    assert!(answer
+        .items
+        .iter()
+        .all(|item| matches!(item, BatchItemResult::Posted(_))));
+    assert_eq!(
+        balance(&engine, payer).await,
+        Decimal::new(100_000 - 1_000, 2)
+    );
+    engine.check_invariants().await.unwrap();
+    engine.shutdown().unwrap();
+    let mut sizes = Vec::new();
+    wal::reader::read_from(
+        &dir.path().join("wal"),
+        engine::runtime::RECORD_BYTES_MAX,
+        before + 1,
+        &mut |record| {
+            sizes.push(record.payload.len());
+            Ok(())
+        },
+    )
+    .unwrap();
+    assert!(sizes.len() > 1, "one record for {sizes:?}");
+    assert!(sizes
+        .iter()
+        .all(|bytes| *bytes <= engine::runtime::RECORD_BYTES_MAX as usize));
+    let engine = open(dir.path());
+    assert_eq!(balance(&engine, payee).await, Decimal::new(1_000, 2));
+    engine.check_invariants().await.unwrap();
+}

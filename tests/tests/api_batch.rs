@@ -390,6 +390,34 @@ fn malformed_and_oversized_batches_are_refused_whole() {
     assert_eq!(balance(&server, alice.wallet_id), dec("18.10"));
 }
 
+/// The largest batch under a key: its events and its whole answer must each fit the log's
+/// records (before, a keyed batch of a few thousand items built a record the log refused, which
+/// stops the shard), and one with texts too long for that is refused whole.
+#[test]
+fn a_keyed_batch_of_8190_items_posts_and_replays() {
+    let server = Server::start();
+    let alice = funded(&server, "200.00");
+    let bob = server.register_customer();
+    let one = item(alice.wallet_id, bob.wallet_id, "0.01");
+    let body = json!({ "transfers": vec![one; 8190] }).to_string();
+    let first = server.post_idempotent(BATCH, &alice.token, "big-0001", &body);
+    assert_eq!(first.status, 200, "{}", first.text());
+    assert_eq!(first.json()["data"]["posted"], 8190);
+    let again = server.post_idempotent(BATCH, &alice.token, "big-0001", &body);
+    assert_eq!(again.body, first.body);
+    assert_eq!(balance(&server, alice.wallet_id), dec("118.10"));
+    // Atomic, with texts at their longest: its items cannot share one record.
+    let long = json!({"from_wallet_id": alice.wallet_id, "to_wallet_id": bob.wallet_id, "amount": 0.01, "currency_code": "YER", "description": "d".repeat(4096), "reference": "r".repeat(4096)});
+    let body = json!({ "atomic": true, "transfers": vec![long; 900] }).to_string();
+    let refused = server.post(BATCH, Some(&alice.token), &body);
+    assert_eq!(refused.status, 413, "{}", refused.text());
+    assert_eq!(refused.error_code(), "batch_too_large");
+    assert_eq!(balance(&server, alice.wallet_id), dec("118.10"));
+    // The shard still serves.
+    let small = json!({"transfers": [item(alice.wallet_id, bob.wallet_id, "1.00")]});
+    server.post_expect(BATCH, Some(&alice.token), &small.to_string(), 200);
+}
+
 /// The crash drill for batches: threads send non-atomic batches across 4 shards, atomic ones
 /// inside shard 0 and atomic ones whose two sources and two targets are on four shards; the
 /// server is SIGKILLed mid-load; after a restart every acknowledged item is applied, money is

@@ -107,3 +107,77 @@ mod commerce_tests {
         assert_eq!(payment_refusal(&Rejection::NotFound("payment")).status, 404);
     }
 }
+
+/// The engine sizes a keyed batch's log records with `ITEM_ANSWER_BYTES` per posted item plus
+/// six bytes per text byte (`engine::runtime::batch`): a rendered item, at its largest, stays
+/// within that, else a batch could build a record the log refuses.
+mod batch_answer_bound {
+    #![allow(clippy::unwrap_used)]
+    use engine::ledger::transaction::{Direction, TransactionStatus, TransactionType};
+    use engine::ledger::view::TransactionView;
+    use engine::ledger::wallet::OwnerType;
+    use engine::runtime::batch::ITEM_ANSWER_BYTES;
+    use engine::shard::command::{BatchAnswer, BatchItemResult, TEXT_BYTES_MAX};
+    use engine::{Currency, TransactionId, Uuid, WalletId};
+    use rust_decimal::Decimal;
+
+    use crate::views::render_batch;
+
+    fn largest(texts: bool) -> TransactionView {
+        // A control character renders as a six-byte JSON escape, the worst case.
+        let text = || texts.then(|| "\u{1}".repeat(TEXT_BYTES_MAX));
+        let amount = Decimal::from_str_exact("999999999999.99").unwrap();
+        TransactionView {
+            id: TransactionId(u64::MAX),
+            uuid: Uuid([0xff; 16]),
+            wallet_id: WalletId(u64::MAX),
+            owner_type: OwnerType::Business,
+            owner_id: u64::MAX,
+            transaction_type: TransactionType::Transfer,
+            direction: Direction::Credit,
+            status: TransactionStatus::Reversed,
+            amount,
+            currency: Currency::from_code("YER").unwrap(),
+            fee_amount: amount,
+            net_amount: amount,
+            reference_type: Some("settlement"),
+            reference_id: Some(u64::MAX),
+            transfer_uuid: Some(Uuid([0xff; 16])),
+            reference_uuid: Some(Uuid([0xff; 16])),
+            counterparty_wallet_id: Some(WalletId(u64::MAX)),
+            external_reference: text(),
+            idempotency_key: text(),
+            business_id: u64::MAX,
+            branch_id: u64::MAX,
+            description: text(),
+            meta: text(),
+            refunded_amount: amount,
+            reversed_by_transaction_id: Some(TransactionId(u64::MAX)),
+            completed_at_ms: i64::MIN,
+            reversed_at_ms: Some(i64::MIN),
+            created_at_ms: i64::MIN,
+        }
+    }
+
+    fn rendered(items: usize, texts: bool) -> usize {
+        let answer = BatchAnswer {
+            atomic: false,
+            items: (0..items)
+                .map(|_| BatchItemResult::Posted(Box::new(largest(texts))))
+                .collect(),
+            failed: None,
+        };
+        render_batch(&answer).body.len()
+    }
+
+    #[test]
+    fn a_posted_item_renders_within_the_engines_bound() {
+        for texts in [false, true] {
+            let bound = ITEM_ANSWER_BYTES + if texts { 6 * 4 * TEXT_BYTES_MAX } else { 0 };
+            let one = rendered(1, texts);
+            let per_item = rendered(2, texts) - one;
+            assert!(per_item <= bound, "{per_item} bytes an item, bound {bound}");
+            assert!(one <= bound + 1024, "{one} bytes for one item");
+        }
+    }
+}

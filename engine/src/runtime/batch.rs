@@ -50,6 +50,60 @@ pub const TRANSFER_BATCH_ITEMS_MAX: usize = 8190;
 /// 1 KiB of events a transfer, so ~1 MiB; the log takes records up to 4 MiB).
 pub const BATCH_COMMANDS_PER_RECORD_MAX: usize = 1024;
 
+/// What one item's events can take in a log record at any step of any batch path (a transfer,
+/// a reserve, a credit, a release, an atomic batch's undo of either), text aside: an upper
+/// bound checked by `tests::batch_bounds`, which measures each of them (423 to 575 bytes with
+/// small ids; the margin is for ids and times at their longest varints).
+pub const ITEM_EVENT_BYTES: usize = 896;
+
+/// What one posted item's rendered answer can take, text aside (checked by the API's tests,
+/// which measure 932 bytes with every id and amount at its longest). A text byte renders as at
+/// most six (a JSON `\u00XX` escape).
+pub const ITEM_ANSWER_BYTES: usize = 1024;
+
+/// Room kept in every record for its header, the idempotency record and rounding.
+const RECORD_SLACK_BYTES: usize = 64 << 10;
+
+/// The text an item's events copy: each byte at most four times (two transactions and their two
+/// entries), checked with the bounds.
+fn text_bytes(args: &TransferArgs) -> usize {
+    let details = &args.details;
+    [
+        &details.description,
+        &details.external_reference,
+        &details.idempotency_key,
+        &details.meta,
+    ]
+    .iter()
+    .map(|text| text.as_deref().map_or(0, str::len))
+    .sum()
+}
+
+/// An upper bound of the bytes `command`'s events add to a batch's record.
+pub(crate) fn command_bound(command: &Command) -> usize {
+    match command {
+        Command::Transfer(args)
+        | Command::TransferReserve(args)
+        | Command::TransferBatchReserve(args) => ITEM_EVENT_BYTES + 4 * text_bytes(args),
+        Command::TransferCredit(credit) => {
+            ITEM_EVENT_BYTES + 4 * credit.description.as_deref().map_or(0, str::len)
+        }
+        Command::TransferBatchMark {
+            mark: crate::shard::command::BatchMark::Prepared { shards, transfers },
+            ..
+        } => 64 + 8 * shards.len() + 17 * transfers.len(),
+        _ => ITEM_EVENT_BYTES,
+    }
+}
+
+/// An upper bound of one item's part of the batch's rendered answer.
+fn answer_bound(item: &BatchItem) -> usize {
+    match item {
+        BatchItem::Transfer(args) => ITEM_ANSWER_BYTES + 6 * text_bytes(args),
+        BatchItem::Refused(error) => 64 + error.len(),
+    }
+}
+
 /// One item of a batch as the API hands it over.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum BatchItem {
@@ -216,8 +270,38 @@ impl Engine {
         Ok(executed)
     }
 
-    /// Sends each shard its commands, at most [`BATCH_COMMANDS_PER_RECORD_MAX`] a message (one
-    /// after another per shard, the shards at once), and answers each shard's results in order.
+    /// What a batch may put in one record: the log's record size less some slack.
+    pub(crate) fn record_budget(&self) -> usize {
+        (self.inner.config.wal.record_bytes_max as usize).saturating_sub(RECORD_SLACK_BYTES)
+    }
+
+    /// Cuts one shard's commands into messages of at most [`BATCH_COMMANDS_PER_RECORD_MAX`]
+    /// commands whose events fit one record ([`command_bound`]).
+    fn record_chunks(&self, commands: Vec<Command>) -> Vec<Vec<Command>> {
+        let budget = self.record_budget();
+        let mut chunks: Vec<Vec<Command>> = Vec::new();
+        let mut bytes = 0;
+        for command in commands {
+            let bound = command_bound(&command);
+            match chunks.last_mut() {
+                Some(chunk)
+                    if chunk.len() < BATCH_COMMANDS_PER_RECORD_MAX && bytes + bound <= budget =>
+                {
+                    bytes += bound;
+                    chunk.push(command);
+                }
+                _ => {
+                    bytes = bound;
+                    chunks.push(vec![command]);
+                }
+            }
+        }
+        chunks
+    }
+
+    /// Sends each shard its commands, at most [`BATCH_COMMANDS_PER_RECORD_MAX`] a message and
+    /// no more than fits one record (one after another per shard, the shards at once), and
+    /// answers each shard's results in order.
     /// The first message to `claim_shard` carries `claim`.
     pub(crate) async fn send_per_shard(
         &self,
@@ -234,12 +318,7 @@ impl Engine {
             };
             futures.push(Box::pin(async move {
                 let mut results = Vec::with_capacity(commands.len());
-                let mut commands = commands.into_iter().peekable();
-                while commands.peek().is_some() {
-                    let chunk: Vec<Command> = commands
-                        .by_ref()
-                        .take(BATCH_COMMANDS_PER_RECORD_MAX)
-                        .collect();
+                for chunk in self.record_chunks(commands) {
                     let executed = self
                         .send_batch(shard, chunk, (false, None), claim.take())
                         .await?;
@@ -268,6 +347,7 @@ impl Engine {
                 "a batch holds 1 to 8190 items",
             )));
         }
+        let items_answer_bytes: usize = items.iter().map(answer_bound).sum();
         let mut template = Vec::with_capacity(items.len());
         let mut transfers = Vec::new();
         for (position, item) in items.into_iter().enumerate() {
@@ -288,11 +368,49 @@ impl Engine {
                 "an atomic batch holds only items that can run",
             )));
         }
+        // Every record the batch needs must fit the log: its answer (logged whole, under a
+        // key), and each record of events (an atomic one also holds its undoing if it fails).
+        let budget = self.record_budget();
+        let answer_bytes = match record {
+            Some(_) => items_answer_bytes,
+            None => 0,
+        };
+        if answer_bytes > budget {
+            return Err(EngineError::Rejected(Rejection::BatchTooLarge(
+                "its answer would not fit one log record: send fewer items or shorter texts",
+            )));
+        }
+        let copies = if atomic { 2 } else { 1 };
+        let events_of = |source: Option<u32>| -> usize {
+            transfers
+                .iter()
+                .filter(|(_, _, from, _)| source.is_none_or(|shard| *from == shard))
+                .map(|(_, args, _, _)| copies * command_bound(&Command::Transfer(args.clone())))
+                .sum()
+        };
         let home = transfers.first().map_or(0, |(_, _, source, _)| *source);
         let one_shard = transfers
             .iter()
             .all(|(_, _, source, target)| *source == home && *target == home);
-        if one_shard && (atomic || transfers.len() <= BATCH_COMMANDS_PER_RECORD_MAX) {
+        let one_record = events_of(None) + answer_bytes <= budget;
+        if atomic {
+            let sources: std::collections::BTreeSet<u32> =
+                transfers.iter().map(|(_, _, source, _)| *source).collect();
+            let fits = if one_shard {
+                one_record
+            } else {
+                sources
+                    .iter()
+                    .all(|shard| events_of(Some(*shard)) <= budget)
+            };
+            if !fits {
+                return Err(EngineError::Rejected(Rejection::BatchTooLarge(
+                    "an atomic batch's items on one shard must fit one log record: send fewer items or shorter texts",
+                )));
+            }
+        }
+        if one_shard && (atomic || (one_record && transfers.len() <= BATCH_COMMANDS_PER_RECORD_MAX))
+        {
             let commands = transfers
                 .into_iter()
                 .map(|(_, args, _, _)| Command::Transfer(args))

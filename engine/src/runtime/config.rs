@@ -53,6 +53,13 @@ impl std::fmt::Debug for WalFileSystem {
     }
 }
 
+/// The largest WAL record the engine writes: a transfer batch's record holds up to 8,190
+/// items' events and, under a key, its whole rendered answer (`runtime::batch` sizes every record
+/// below it, and refuses a batch that could not fit). 16 MiB fits 8,190 items with short texts
+/// atomic (their events and, if the batch fails late, their undoing) or keyed (events and
+/// answer); the log's own default, 4 MiB, fits about a third of that.
+pub const RECORD_BYTES_MAX: u32 = 16 << 20;
+
 impl EngineConfig {
     /// Defaults for a data directory: one shard, durable log, snapshot every 1M records.
     #[must_use]
@@ -60,7 +67,10 @@ impl EngineConfig {
         EngineConfig {
             data_dir: data_dir.into(),
             shard_count: 1,
-            wal: wal::Options::default(),
+            wal: wal::Options {
+                record_bytes_max: RECORD_BYTES_MAX,
+                ..wal::Options::default()
+            },
             mailbox_capacity: 4096,
             hold_tick: Duration::from_secs(1),
             snapshot_every_records: 1_000_000,

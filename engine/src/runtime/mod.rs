@@ -56,7 +56,9 @@ mod routing;
 pub(crate) mod snapshot;
 
 pub use self::archive::ArchiveReplay;
-pub use self::config::{EngineConfig, EngineError, IdempotencyKey, Renderer, Reply, WalFileSystem};
+pub use self::config::{
+    EngineConfig, EngineError, IdempotencyKey, Renderer, Reply, WalFileSystem, RECORD_BYTES_MAX,
+};
 pub use self::engine::{Engine, WalletScope};
 pub use self::recovery::{
     recorded_shard_count, OpenError, QuarantinedMove, RecoveryReport, SHARDS_FILE,

@@ -44,6 +44,7 @@ use crate::values::ids::{EntryId, WalletId};
 /// | 19 | `period_invalid` | a settlement period that ends before it starts | 422 |
 /// | 20 | `nothing_to_settle` | no unsettled payment credit (with a positive net total) in the period | 422 |
 /// | 21 | `unavailable` | a record that left memory could not be read back from the history store | 503 |
+/// | 22 | `batch_too_large` | a transfer batch whose events (or answer) could not fit the log records it needs | 413 |
 ///
 /// Numbers never change once published, so codes added later get the next numbers and are checked
 /// after the older ones; each new code is placed so that this still holds for every command (a
@@ -74,6 +75,9 @@ pub enum Rejection {
     InvalidState(&'static str),
     #[error("hold has expired")]
     HoldExpired,
+    /// A transfer batch whose log records would pass the log's record size (`runtime::batch`).
+    #[error("batch too large: {0}")]
+    BatchTooLarge(&'static str),
     #[error("capture amount exceeds the hold amount")]
     CaptureExceedsHold,
     #[error("only a wallet debit can be refunded")]
@@ -130,6 +134,7 @@ impl Rejection {
             Self::PeriodInvalid(_) => "period_invalid",
             Self::NothingToSettle => "nothing_to_settle",
             Self::Unavailable(_) => "unavailable",
+            Self::BatchTooLarge(_) => "batch_too_large",
         }
     }
 
@@ -158,6 +163,7 @@ impl Rejection {
             Self::PeriodInvalid(_) => 19,
             Self::NothingToSettle => 20,
             Self::Unavailable(_) => 21,
+            Self::BatchTooLarge(_) => 22,
         }
     }
 }
