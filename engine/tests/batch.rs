@@ -450,3 +450,47 @@ async fn a_batch_too_large_for_one_record_is_split_or_refused_never_logged_whole
     assert_eq!(balance(&engine, payee).await, Decimal::new(1_000, 2));
     engine.check_invariants().await.unwrap();
 }
+
+/// An atomic batch with more items on one source shard than a non-atomic record takes: its
+/// prepare is still one record there, and its credits and finalizes are cut into several.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_atomic_batch_across_shards_larger_than_a_record_of_commands_posts_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = open_sharded(dir.path(), 2);
+    let w = wallets_by_shard(&engine, 2, 1).await;
+    let (payer, payee) = (w[0][0], w[1][0]);
+    let before = engine.lsns().0;
+    let count = engine::runtime::batch::BATCH_COMMANDS_PER_RECORD_MAX + 500;
+    let items = (0..count)
+        .map(|_| BatchItem::Transfer(transfer(payer, payee, 1)))
+        .collect();
+    let answer = engine.execute_batch(items, true).await.unwrap();
+    assert_eq!(answer.failed, None);
+    assert_eq!(
+        balance(&engine, payee).await,
+        Decimal::new(10_000 + count as i64, 2)
+    );
+    engine.check_invariants().await.unwrap();
+    assert_eq!(engine.pending_cross_shard_moves().await.unwrap(), 0);
+    engine.shutdown().unwrap();
+    let records = entries(dir.path(), before + 1);
+    let with = |wanted: fn(&Event) -> bool| {
+        records
+            .iter()
+            .filter(|r| r.events.iter().any(wanted))
+            .count()
+    };
+    assert_eq!(
+        with(|e| matches!(e, Event::TransferBatchPrepared { .. })),
+        1,
+        "one prepare record"
+    );
+    assert!(with(|e| matches!(e, Event::TransferCredited(_))) >= 2);
+    assert!(with(|e| matches!(e, Event::TransferFinalized { .. })) >= 2);
+    let engine = open_sharded(dir.path(), 2);
+    assert_eq!(
+        balance(&engine, payer).await,
+        Decimal::new(10_000 - count as i64, 2)
+    );
+    engine.check_invariants().await.unwrap();
+}
