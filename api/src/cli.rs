@@ -161,8 +161,9 @@ pub struct ServeArgs {
     #[arg(long, env = "WALLETD_WAL_ARCHIVE", value_name = "DIR")]
     pub wal_archive: Option<PathBuf>,
     /// Size of each WAL segment file in bytes (at least 64 KiB). A record must fit in one
-    /// segment, so below 4 MiB it also lowers the largest record. Smaller than the default only
-    /// for tests and drills that want segments retired quickly.
+    /// segment, so below 16 MiB it also lowers the largest record a transfer batch may need
+    /// (larger records already logged are still read). Smaller than the default only for tests
+    /// and drills that want segments retired quickly.
     #[arg(long, env = "WALLETD_WAL_SEGMENT_BYTES", default_value_t = 64 << 20, value_parser = clap::value_parser!(u64).range(SEGMENT_BYTES_MIN..=(1 << 30)))]
     pub wal_segment_bytes: u64,
     /// How long an idempotency key's answer is kept after it was decided: a number with `s`, `m`,
@@ -908,34 +909,38 @@ fn inspect(args: &InspectArgs) -> anyhow::Result<()> {
     let mut out = std::io::BufWriter::new(stdout.lock());
     let mut printed = 0u64;
     let limit = args.limit.unwrap_or(u64::MAX);
-    let options = wal::Options::default();
-    let result = wal::reader::read_from(&dir, options.record_bytes_max, args.from, &mut |record| {
-        if printed >= limit {
-            return Ok(());
-        }
-        let line = match engine::runtime::journal::JournalEntry::decode(record.payload) {
-            Ok(entry) => {
-                let mut value = serde_json::json!({
-                    "lsn": record.lsn,
-                    "shard": entry.shard,
-                    "events": entry.events,
-                    "directory": entry.directory,
-                    "idempotency": entry.idempotency.as_ref().map(|k| serde_json::json!({"caller": k.caller, "key": k.key})),
-                });
-                redact_secrets(&mut value);
-                value
+    let result = wal::reader::read_from(
+        &dir,
+        engine::runtime::RECORD_BYTES_MAX,
+        args.from,
+        &mut |record| {
+            if printed >= limit {
+                return Ok(());
             }
-            Err(error) => {
-                serde_json::json!({"lsn": record.lsn, "undecodable": error.to_string(), "bytes": record.payload.len()})
-            }
-        };
-        writeln!(out, "{line}").map_err(|e| wal::Error::Replay {
-            lsn: record.lsn,
-            reason: e.to_string(),
-        })?;
-        printed += 1;
-        Ok(())
-    });
+            let line = match engine::runtime::journal::JournalEntry::decode(record.payload) {
+                Ok(entry) => {
+                    let mut value = serde_json::json!({
+                        "lsn": record.lsn,
+                        "shard": entry.shard,
+                        "events": entry.events,
+                        "directory": entry.directory,
+                        "idempotency": entry.idempotency.as_ref().map(|k| serde_json::json!({"caller": k.caller, "key": k.key})),
+                    });
+                    redact_secrets(&mut value);
+                    value
+                }
+                Err(error) => {
+                    serde_json::json!({"lsn": record.lsn, "undecodable": error.to_string(), "bytes": record.payload.len()})
+                }
+            };
+            writeln!(out, "{line}").map_err(|e| wal::Error::Replay {
+                lsn: record.lsn,
+                reason: e.to_string(),
+            })?;
+            printed += 1;
+            Ok(())
+        },
+    );
     out.flush()?;
     let scan = result.with_context(|| format!("read the log in {}", dir.display()))?;
     if let Some((path, offset, reason)) = scan.torn {

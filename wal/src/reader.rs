@@ -90,7 +90,11 @@ pub fn read_range(
             if lsn > until_lsn {
                 return Ok(());
             }
-            match parse_record(&bytes, offset, record_bytes_max) {
+            match parse_record(
+                &bytes,
+                offset,
+                crate::record::read_bytes_max(record_bytes_max, bytes.len()),
+            ) {
                 Parsed::Record(record) if record.lsn == lsn => {
                     if lsn >= from_lsn {
                         visit(record)?;

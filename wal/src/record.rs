@@ -46,6 +46,22 @@ pub const RECORD_HEADER_BYTES: usize = 24;
 /// Recovery relies on it: non-zero bytes further than one write past damage cannot be a tear.
 pub const BATCH_BYTES_LIMIT: usize = 8 << 20;
 
+/// Records up to this size are read from a segment that can hold them even when the log's
+/// append limit is lower: a record written under a larger limit (by a build with larger
+/// records, or before segments were configured smaller, which lowers the limit) is whole and
+/// checksummed, and must never be taken for a torn tail and cut.
+pub const READ_BYTES_FLOOR: u32 = 16 << 20;
+
+/// The longest payload read from a segment of `segment_len` bytes under an append limit of
+/// `append_max` (see [`READ_BYTES_FLOOR`]); never more than the segment can hold, so small
+/// segments read exactly as before.
+#[must_use]
+pub fn read_bytes_max(append_max: u32, segment_len: usize) -> u32 {
+    let room = segment_len.saturating_sub(SEGMENT_HEADER_BYTES + RECORD_HEADER_BYTES);
+    let room = u32::try_from(room).unwrap_or(u32::MAX);
+    append_max.max(room.min(READ_BYTES_FLOOR))
+}
+
 /// Longest single write the writer can issue for records of at most `record_bytes_max` bytes.
 pub const fn write_bytes_max(record_bytes_max: u32) -> usize {
     BATCH_BYTES_LIMIT + RECORD_HEADER_BYTES + record_bytes_max as usize

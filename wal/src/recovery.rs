@@ -133,6 +133,11 @@ pub(crate) fn scan_segment(
         is_last,
         visit_from_lsn,
     } = *spec;
+    // Whole records longer than the append limit are read (`record::read_bytes_max`); what a
+    // torn tail may span is still judged by the append limit, so damage beyond it stays
+    // corruption (a tear of a longer record refuses to open rather than being cut).
+    let append_max = payload_bytes_max;
+    let payload_bytes_max = crate::record::read_bytes_max(payload_bytes_max, bytes.len());
     let first_lsn =
         decode_segment_header(bytes).map_err(|reason| Error::corruption(path, 0, reason))?;
     if first_lsn != name_lsn {
@@ -184,7 +189,7 @@ pub(crate) fn scan_segment(
         None => Tail::Clean,
         Some(reason) if !is_last => return Err(Error::corruption(path, offset as u64, reason)),
         Some(reason) => {
-            let reach = offset.saturating_add(crate::record::write_bytes_max(payload_bytes_max));
+            let reach = offset.saturating_add(crate::record::write_bytes_max(append_max));
             if let Some(far) = bytes
                 .get(reach..)
                 .and_then(|rest| rest.iter().position(|&b| b != 0))

@@ -1457,3 +1457,38 @@ fn issue_14_across_file_systems_a_segment_is_copied_synced_and_renamed_into_the_
         expected_records(100)
     );
 }
+
+/// A record written under a larger append limit (a build with larger records, or before the
+/// segments, and so the limit, were made smaller) is read back whole by a log opened with a
+/// smaller one, also when it is the last record: never taken for a torn tail and cut.
+#[test]
+fn a_record_longer_than_the_append_limit_is_read_not_cut() {
+    let dir = tempfile::tempdir().unwrap();
+    let large = Options {
+        segment_bytes: 10 << 20,
+        record_bytes_max: 1 << 20,
+        ..Options::default()
+    };
+    let (wal, _) = Wal::open(dir.path(), large).unwrap();
+    wal.append(payload(1, 40)).unwrap().wait().unwrap();
+    wal.append(payload(2, 600 << 10)).unwrap().wait().unwrap();
+    wal.close().unwrap();
+    let small = Options {
+        segment_bytes: 10 << 20,
+        record_bytes_max: 64 << 10,
+        ..Options::default()
+    };
+    let mut lengths = Vec::new();
+    crate::reader::read_from(dir.path(), small.record_bytes_max, 1, &mut |record| {
+        lengths.push(record.payload.len());
+        Ok(())
+    })
+    .unwrap();
+    assert_eq!(lengths, vec![40, 600 << 10]);
+    let (wal, recovered) = Wal::open(dir.path(), small).unwrap();
+    assert_eq!(recovered.last_lsn, 2);
+    assert!(recovered.torn_tail.is_none(), "{:?}", recovered.torn_tail);
+    // Appends still keep to the smaller limit.
+    assert!(wal.append(payload(3, 65 << 10)).is_err());
+    wal.close().unwrap();
+}
