@@ -129,3 +129,20 @@ pub struct PreparedBatch {
     /// This shard's transfers of the batch, in the batch's order.
     pub transfers: Vec<Uuid>,
 }
+
+/// What a prepared batch must be on its own, whatever the state (`Event::validate` and a
+/// snapshot's open batches): its shards sorted and distinct, its transfers distinct, at most a
+/// batch's worth.
+pub(crate) fn check_prepared(shards: &[u32], transfers: &[Uuid]) -> Result<(), &'static str> {
+    let sorted = shards.iter().zip(shards.iter().skip(1)).all(|(a, b)| a < b);
+    if shards.is_empty() || !sorted || transfers.is_empty() {
+        return Err("a prepared batch names its shards, sorted, and its transfers");
+    }
+    let distinct: std::collections::HashSet<&Uuid> = transfers.iter().collect();
+    if distinct.len() != transfers.len()
+        || transfers.len() > crate::runtime::batch::TRANSFER_BATCH_ITEMS_MAX
+    {
+        return Err("a prepared batch holds distinct transfers, at most 8190");
+    }
+    Ok(())
+}

@@ -231,19 +231,7 @@ impl Engine {
                 *slot = Some(result);
             }
         }
-        let items = answers
-            .into_iter()
-            .map(|slot| {
-                slot.unwrap_or(BatchItemResult::Rejected(Rejection::Unavailable(
-                    "item lost",
-                )))
-            })
-            .collect();
-        Ok(BatchAnswer {
-            atomic: true,
-            items,
-            failed: None,
-        })
+        Ok(super::batch::completed(true, answers))
     }
 
     /// Step 1 (see the module docs): the first item that would fail because of its target, or
@@ -295,7 +283,7 @@ impl Engine {
                     for (position, args) in wanted {
                         let before = spent.get(&args.source_wallet_id).copied();
                         match s.check_transfer_source(&args, before.unwrap_or_default()) {
-                            Ok((_, amount)) => {
+                            Ok((_, amount, _)) => {
                                 let total = before.unwrap_or_default().saturating_add(amount);
                                 spent.insert(args.source_wallet_id, total);
                             }

@@ -155,6 +155,24 @@ pub(crate) fn assemble(
     }
 }
 
+/// The answer of a batch that ran to its end, one slot per item (a slot left empty is a bug,
+/// answered as unavailable rather than dropped).
+pub(crate) fn completed(atomic: bool, slots: Vec<Option<BatchItemResult>>) -> BatchAnswer {
+    let items = slots
+        .into_iter()
+        .map(|slot| {
+            slot.unwrap_or(BatchItemResult::Rejected(Rejection::Unavailable(
+                "item lost",
+            )))
+        })
+        .collect();
+    BatchAnswer {
+        atomic,
+        items,
+        failed: None,
+    }
+}
+
 fn item_result(result: Option<&Result<Outcome, Rejection>>) -> BatchItemResult {
     match result {
         Some(Ok(Outcome::Transaction(view))) => BatchItemResult::Posted(Box::new(view.clone())),
@@ -353,7 +371,10 @@ impl Engine {
                 "a batch holds 1 to 8190 items",
             )));
         }
-        let items_answer_bytes: usize = items.iter().map(answer_bound).sum();
+        let answer_bytes: usize = match record {
+            Some(_) => items.iter().map(answer_bound).sum(),
+            None => 0,
+        };
         let mut template = Vec::with_capacity(items.len());
         let mut transfers = Vec::new();
         for (position, item) in items.into_iter().enumerate() {
@@ -377,10 +398,6 @@ impl Engine {
         // Every record the batch needs must fit the log: its answer (logged whole, under a
         // key), and each record of events (an atomic one also holds its undoing if it fails).
         let budget = self.record_budget();
-        let answer_bytes = match record {
-            Some(_) => items_answer_bytes,
-            None => 0,
-        };
         if answer_bytes > budget {
             return Err(EngineError::Rejected(Rejection::BatchTooLarge(
                 "its answer would not fit one log record: send fewer items or shorter texts",
@@ -535,19 +552,7 @@ impl Engine {
                 *entry = Some(result);
             }
         }
-        let items = template
-            .into_iter()
-            .map(|slot| {
-                slot.unwrap_or(BatchItemResult::Rejected(Rejection::Unavailable(
-                    "item lost",
-                )))
-            })
-            .collect();
-        Ok(BatchAnswer {
-            atomic: false,
-            items,
-            failed: None,
-        })
+        Ok(completed(false, template))
     }
 
     /// Steps 2 and 3 of the cross-shard protocol for reserved items, batched per shard: credit

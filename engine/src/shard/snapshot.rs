@@ -564,12 +564,8 @@ fn check_prepared_batches(
 ) -> Result<(), DecodeError> {
     let mut seen = std::collections::BTreeSet::new();
     for batch in batches.values() {
-        let event = crate::shard::event::Event::TransferBatchPrepared {
-            batch: Uuid([0; 16]),
-            shards: batch.shards.clone(),
-            transfers: batch.transfers.clone(),
-        };
-        event.validate().map_err(DecodeError::Invalid)?;
+        crate::ledger::transfer::check_prepared(&batch.shards, &batch.transfers)
+            .map_err(DecodeError::Invalid)?;
         let count = shard.ids.shard_count();
         if !batch.shards.contains(&shard.shard_index())
             || batch.shards.iter().any(|index| *index >= count)

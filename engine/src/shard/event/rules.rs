@@ -103,20 +103,7 @@ impl Event {
             }
             Self::TransferBatchPrepared {
                 shards, transfers, ..
-            } => {
-                let sorted = shards.iter().zip(shards.iter().skip(1)).all(|(a, b)| a < b);
-                let mut uuids = transfers.clone();
-                uuids.sort_unstable();
-                uuids.dedup();
-                if shards.is_empty() || !sorted || transfers.is_empty() {
-                    return Err("a prepared batch names its shards, sorted, and its transfers");
-                }
-                if uuids.len() != transfers.len()
-                    || transfers.len() > crate::runtime::batch::TRANSFER_BATCH_ITEMS_MAX
-                {
-                    return Err("a prepared batch holds distinct transfers, at most 8190");
-                }
-            }
+            } => crate::ledger::transfer::check_prepared(shards, transfers)?,
             Self::WalletStatusChanged { .. }
             | Self::EntryReversed { .. }
             | Self::TransactionReversed { .. }

@@ -318,18 +318,12 @@ impl Shard {
         request: &TransferArgs,
         in_batch: bool,
     ) -> Result<(), Rejection> {
-        let text = details_text(&request.details)?;
-        if request.source_wallet_id == request.target_wallet_id {
-            return Err(Rejection::InvalidRequest(
-                "source and target are the same wallet",
-            ));
-        }
         if !in_batch && self.owns(request.target_wallet_id) {
             return Err(Rejection::InvalidRequest(
                 "target is on this shard: use a same-shard transfer",
             ));
         }
-        let (source, amount) = self.check_transfer_source(request, Decimal::ZERO)?;
+        let (source, amount, text) = self.check_transfer_source(request, Decimal::ZERO)?;
         let transaction_id = draft.peek_transaction_id()?;
         let transfer_uuid = draft.uuid(UuidKind::Transfer, transaction_id.0);
         let in_transit = draft.system_account(request.currency, WalletType::InTransit)?;
@@ -362,15 +356,16 @@ impl Shard {
     }
 
     /// The source-side checks of a reserve, in its order, with `spent_before` already taken
-    /// from the source by earlier items of the same batch: the source wallet and the amount.
+    /// from the source by earlier items of the same batch: the source wallet, the amount and the
+    /// texts.
     /// An atomic cross-shard batch runs them as a peek to name its first failing item when a
     /// target refuses (see `runtime::atomic_batch`).
     pub fn check_transfer_source(
         &self,
         request: &TransferArgs,
         spent_before: Decimal,
-    ) -> Result<(&crate::ledger::wallet::Wallet, Decimal), Rejection> {
-        details_text(&request.details)?;
+    ) -> Result<(&crate::ledger::wallet::Wallet, Decimal, TransactionText), Rejection> {
+        let text = details_text(&request.details)?;
         if request.source_wallet_id == request.target_wallet_id {
             return Err(Rejection::InvalidRequest(
                 "source and target are the same wallet",
@@ -386,7 +381,7 @@ impl Shard {
             .checked_add(amount)
             .ok_or(Rejection::InsufficientFunds)?;
         check_spendable(source, needed)?;
-        Ok((source, amount))
+        Ok((source, amount, text))
     }
 
     /// Whether a transfer in `currency` may credit `target_wallet_id` now (the checks of the
