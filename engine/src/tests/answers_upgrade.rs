@@ -45,8 +45,10 @@ async fn answers_missing_from_an_older_store_are_filed_from_the_log_on_open() {
     store
         .with(|open| {
             let mut writes = open.db.batch();
-            for item in open.answers.iter() {
-                writes.remove(&open.answers, item.key()?.to_vec());
+            for keyspace in [&open.answers, &open.answer_lsns] {
+                for item in keyspace.iter() {
+                    writes.remove(keyspace, item.key()?.to_vec());
+                }
             }
             writes.remove(&open.meta, ANSWERS_SINCE);
             writes.commit()?;

@@ -2,27 +2,55 @@
 //! the retention window and then purged (issue 14, item 7).
 //!
 //! ```text
-//! answers       caller length (u16) | caller | key       -> StoredAnswer
-//! answer_times  answered at | caller length | caller | key -> ()   the purge's index
-//! meta          "answers_since"                          -> u64   first LSN whose answer is filed
+//! answers_by_digest  digest(caller, key)   -> (caller length | caller | key, StoredAnswer)
+//! answers_by_lsn     lsn | digest[..12]    -> decided at (i64) | digest[12..]   the purge's index, in log order
+//! meta               "answers_since"       -> u64   first LSN whose answer is filed
 //! ```
 //!
 //! The indexer files an answer with the rest of its WAL record, in the same write batch, so the
 //! store holds an answer exactly when it covers the record's LSN. Then the in-memory table drops
 //! it ([`crate::runtime::idempotency::IdempotencyTable::forget_filed`]).
 //!
+//! **Why these keys.** A client's keys are random, so every table flushed into the answers'
+//! keyspace overlaps all of the level below it, and its compactions rewrite that level: under a
+//! long keyed load the answers were the keyspace whose compaction grew fastest per request
+//! (BENCHMARKS.md, "Atomic batches across shards: the same soak"). The key is therefore as short
+//! as it can be, 16 bytes of SHA-256 over the caller and the key (the value carries both, and a
+//! lookup whose name differs finds nothing), instead of the ~45-byte name whose common prefix
+//! every comparison walked. The purge's index is keyed by the LSN that logged the answer, which
+//! the indexer files in order: each flushed table of it follows the one before and reaches the
+//! lower levels by a move, never rewritten. (It was keyed by the decision time, taken before the
+//! command queued, so neighbouring tables overlapped by a few milliseconds and every one was
+//! merged.) The purge walks it from where it stopped and stops at the first answer still inside
+//! the window: an answer decided a little out of log order is purged a little late, never early.
+//!
+//! **Older stores.** A store written with the first layout (`answers`: caller length | caller |
+//! key -> `StoredAnswer`; `answer_times`: decided at | that name -> ()) keeps those keyspaces
+//! until its answers expire: a lookup that finds nothing in the new one asks the old one, and the
+//! purge drains the old index first. Once it is empty the lookups stop asking, and the next open
+//! deletes both keyspaces.
+//!
 //! A store written before answers were filed has no `answers_since`: it is taken to be the LSN
 //! after what the store covered, and recovery files the answers of the records it replays below
-//! it (and those an older snapshot carried) before the engine serves; then it is 0.
+//! it (and those an older snapshot carried) before the engine serves; then it is 0. Those land in
+//! the purge's index at their own (older) LSN, or 0 for a snapshot's, before any it purged.
+
+use std::ops::Bound;
+use std::sync::atomic::Ordering;
 
 use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
 
 use super::store::{decode, encode, numbers, time_key, HistoryStore, Open, StoreError};
 use crate::runtime::journal::IdempotencyRecord;
 
 pub(crate) const ANSWERS_SINCE: &[u8] = b"answers_since";
-/// The last `answer_times` key the purge removed: where the next purge starts.
-const PURGED_TO: &[u8] = b"answers_purged_to";
+/// The last `answers_by_lsn` key the purge removed: where the next purge starts.
+const PURGED_TO: &[u8] = b"answers_by_lsn_purged_to";
+/// The last key of the first layout's `answer_times` the purge removed.
+const LEGACY_PURGED_TO: &[u8] = b"answers_purged_to";
+/// The keyspaces of the first layout (module docs), opened only where they exist.
+pub(crate) const LEGACY_KEYSPACES: [&str; 2] = ["answers", "answer_times"];
 
 /// One filed answer.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -35,6 +63,13 @@ pub struct StoredAnswer {
     pub lsn: u64,
     /// The rendered answer, replayed verbatim.
     pub response: Vec<u8>,
+}
+
+/// What `answers_by_digest` holds: the answer with the name it was filed under.
+#[derive(Serialize, Deserialize)]
+struct Named {
+    name: Vec<u8>,
+    answer: StoredAnswer,
 }
 
 /// `caller length | caller | key`: a caller cannot run into the key that follows it.
@@ -50,11 +85,57 @@ pub(crate) fn answer_key(caller: &str, key: &str) -> Vec<u8> {
     out
 }
 
-fn time_index_key(at_ms: i64, answer_key: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(8 + answer_key.len());
-    out.extend_from_slice(&time_key(at_ms).to_be_bytes());
-    out.extend_from_slice(answer_key);
+/// The key of a name in `answers_by_digest`: the first 16 bytes of SHA-256 over a domain tag
+/// and the name. 2^64 names before a collision is even likely, and a collision only makes a
+/// lookup miss (the stored name is compared), never answer another caller's request.
+fn digest(name: &[u8]) -> [u8; 16] {
+    let hash = Sha256::new()
+        .chain_update(b"walletd-answer-v1")
+        .chain_update(name)
+        .finalize();
+    let mut out = [0u8; 16];
+    for (byte, hashed) in out.iter_mut().zip(hash) {
+        *byte = hashed;
+    }
     out
+}
+
+/// Bytes of the digest in the purge's index key; the rest is in its value. 20 bytes of key are
+/// kept inline by the store's memtables and tables (`byteview`), where a longer key is a heap
+/// allocation whose every comparison is a pointer chase.
+const LSN_KEY_DIGEST: usize = 12;
+
+/// The purge's index entry of the answer logged at `lsn` and decided at `at_ms`:
+/// (`lsn | digest[..12]`, `at_ms | digest[12..]`).
+fn lsn_entry(lsn: u64, at_ms: i64, digest: &[u8; 16]) -> ([u8; 20], [u8; 12]) {
+    let (head, tail) = digest.split_at(LSN_KEY_DIGEST);
+    let mut key = [0u8; 20];
+    key[..8].copy_from_slice(&lsn.to_be_bytes());
+    key[8..].copy_from_slice(head);
+    let mut value = [0u8; 12];
+    value[..8].copy_from_slice(&at_ms.to_be_bytes());
+    value[8..].copy_from_slice(tail);
+    (key, value)
+}
+
+/// The (lsn, decided at, digest) of a purge index entry made by [`lsn_entry`].
+fn lsn_entry_of(key: &[u8], value: &[u8]) -> Result<(u64, i64, [u8; 16]), StoreError> {
+    let corrupt = || StoreError::Corrupt {
+        what: "answer index",
+        key: hex::encode(key),
+        reason: "not an LSN, a time and a digest".into(),
+    };
+    let (Ok(key), Ok(value)) = (<[u8; 20]>::try_from(key), <[u8; 12]>::try_from(value)) else {
+        return Err(corrupt());
+    };
+    let mut digest = [0u8; 16];
+    digest[..LSN_KEY_DIGEST].copy_from_slice(&key[8..]);
+    digest[LSN_KEY_DIGEST..].copy_from_slice(&value[8..]);
+    let mut lsn = [0u8; 8];
+    lsn.copy_from_slice(&key[..8]);
+    let mut at = [0u8; 8];
+    at.copy_from_slice(&value[..8]);
+    Ok((u64::from_be_bytes(lsn), i64::from_be_bytes(at), digest))
 }
 
 /// Adds `record`'s answer (logged at `lsn`) to `writes`. Records without an answer (the pending
@@ -68,30 +149,55 @@ pub(crate) fn file_answer(
     let Some(response) = &record.response else {
         return Ok(());
     };
-    let key = answer_key(&record.caller, &record.key);
-    let stored = StoredAnswer {
-        fingerprint: record.fingerprint,
-        at_ms: record.at_ms,
-        lsn,
-        response: response.clone(),
+    let name = answer_key(&record.caller, &record.key);
+    let digest = digest(&name);
+    let named = Named {
+        name,
+        answer: StoredAnswer {
+            fingerprint: record.fingerprint,
+            at_ms: record.at_ms,
+            lsn,
+            response: response.clone(),
+        },
     };
-    writes.insert(
-        &open.answer_times,
-        time_index_key(record.at_ms, &key),
-        Vec::new(),
-    );
-    writes.insert(&open.answers, key, encode(&stored)?);
+    let (index_key, index_value) = lsn_entry(lsn, record.at_ms, &digest);
+    writes.insert(&open.answer_lsns, index_key, index_value);
+    writes.insert(&open.answers, digest, encode(&named)?);
     Ok(())
+}
+
+/// The answer filed under `name` in the current layout.
+fn filed(open: &Open, name: &[u8]) -> Result<Option<StoredAnswer>, StoreError> {
+    let digest = digest(name);
+    let Some(bytes) = open.answers.get(digest)? else {
+        return Ok(None);
+    };
+    let named: Named = decode("answer", &digest, &bytes)?;
+    Ok((named.name == name).then_some(named.answer))
+}
+
+/// The answer filed under `name` in the first layout, while it has any.
+fn filed_before(open: &Open, name: &[u8]) -> Result<Option<StoredAnswer>, StoreError> {
+    let Some([answers, _]) = &open.legacy_answers else {
+        return Ok(None);
+    };
+    if !open.legacy_answers_live.load(Ordering::Acquire) {
+        return Ok(None);
+    }
+    match answers.get(name)? {
+        Some(bytes) => decode("answer", name, &bytes).map(Some),
+        None => Ok(None),
+    }
 }
 
 impl HistoryStore {
     /// The answer filed under (`caller`, `key`), expired or not.
     pub fn answer(&self, caller: &str, key: &str) -> Result<Option<StoredAnswer>, StoreError> {
         self.with(|open| {
-            let key = answer_key(caller, key);
-            match open.answers.get(&key)? {
-                Some(bytes) => decode("answer", &key, &bytes).map(Some),
-                None => Ok(None),
+            let name = answer_key(caller, key);
+            match filed(open, &name)? {
+                Some(answer) => Ok(Some(answer)),
+                None => filed_before(open, &name),
             }
         })
     }
@@ -110,12 +216,13 @@ impl HistoryStore {
         self.with(|open| {
             let mut writes = open.db.batch();
             for (lsn, record) in records {
-                let key = answer_key(&record.caller, &record.key);
-                if let Some(bytes) = open.answers.get(&key)? {
-                    let held: StoredAnswer = decode("answer", &key, &bytes)?;
-                    if held.at_ms >= record.at_ms {
-                        continue;
-                    }
+                let name = answer_key(&record.caller, &record.key);
+                let held = match filed(open, &name)? {
+                    Some(answer) => Some(answer),
+                    None => filed_before(open, &name)?,
+                };
+                if held.is_some_and(|held| held.at_ms >= record.at_ms) {
+                    continue;
                 }
                 file_answer(open, &mut writes, record, *lsn)?;
             }
@@ -137,53 +244,53 @@ impl HistoryStore {
         self.with(|open| Ok(open.meta.insert(ANSWERS_SINCE, lsn.to_be_bytes())?))
     }
 
-    /// Removes up to `most` answers decided before `cutoff_ms`; answers how many it removed. An
-    /// answer whose key was used again later (a newer answer under the same key) is kept, only
-    /// the stale index entry goes.
+    /// Removes up to `most` answers decided before `cutoff_ms` (walking at most `most` index
+    /// keys); answers how many it removed. An answer whose key was used again later (a newer
+    /// answer under the same name) is kept, only the stale index entry goes. The first layout's
+    /// answers go first, while there are any (module docs).
     ///
-    /// It starts after the last index key it removed before (kept in `meta`, written in the
-    /// purge's own batch, so a reopened store resumes there too): keys before it are tombstones
-    /// until compaction drops them, and a purge
-    /// that walked them again each time spent ever longer on them. In an hour-long soak with a
-    /// 10-minute window that walk took the indexer's whole core from the first expiry on, and
-    /// throughput fell from ~11k to ~400 req/s (BENCHMARKS.md). New answers are decided now,
-    /// after every cutoff so far, so none lands behind the resume point.
+    /// Each purge starts after the last index key it removed before (kept in `meta`, written in
+    /// the purge's own batch, so a reopened store resumes there too): keys before it are
+    /// tombstones until compaction drops them, and a purge that walked them again each time spent
+    /// ever longer on them. In an hour-long soak with a 10-minute window that walk took the
+    /// indexer's whole core from the first expiry on, and throughput fell from ~11k to ~400 req/s
+    /// (BENCHMARKS.md). The indexer files in log order, so no new answer lands behind that point.
     pub fn purge_answers_before(&self, cutoff_ms: i64, most: usize) -> Result<usize, StoreError> {
-        use std::ops::Bound;
-        let mut purged_to = self
+        let mut resume = self
             .purged_to
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         self.with(|open| {
-            if purged_to.is_none() {
-                *purged_to = open.meta.get(PURGED_TO)?;
+            if open.legacy_answers_live.load(Ordering::Acquire) {
+                let removed = purge_legacy(open, &mut resume.legacy, cutoff_ms, most)?;
+                if removed > 0 {
+                    return Ok(removed);
+                }
             }
-            let end = Bound::Excluded(time_key(cutoff_ms).to_be_bytes().to_vec());
-            let start = match purged_to.as_ref() {
+            if resume.current.is_none() {
+                resume.current = open.meta.get(PURGED_TO)?;
+            }
+            let start = match resume.current.as_ref() {
                 Some(key) => Bound::Excluded(key.to_vec()),
                 None => Bound::Unbounded,
             };
             let mut writes = open.db.batch();
             let mut removed = 0;
             let mut last = None;
-            for guard in open.answer_times.range((start, end)).take(most) {
-                let (index_key, _) = guard.into_inner()?;
-                let Some((at, answer_key)) = index_key.split_at_checked(8) else {
-                    return Err(StoreError::Corrupt {
-                        what: "answer time",
-                        key: hex::encode(&index_key),
-                        reason: "shorter than its time".into(),
-                    });
-                };
-                let at = numbers::<1>("answer time", at)?[0];
-                if let Some(bytes) = open.answers.get(answer_key)? {
-                    let stored: StoredAnswer = decode("answer", answer_key, &bytes)?;
-                    if time_key(stored.at_ms) == at {
-                        writes.remove(&open.answers, answer_key);
+            for guard in open.answer_lsns.range((start, Bound::Unbounded)).take(most) {
+                let (index_key, index_value) = guard.into_inner()?;
+                let (lsn, at_ms, digest) = lsn_entry_of(&index_key, &index_value)?;
+                if at_ms >= cutoff_ms {
+                    break;
+                }
+                if let Some(bytes) = open.answers.get(digest)? {
+                    let named: Named = decode("answer", &digest, &bytes)?;
+                    if named.answer.lsn == lsn && named.answer.at_ms == at_ms {
+                        writes.remove(&open.answers, digest);
                         removed += 1;
                     }
                 }
-                writes.remove(&open.answer_times, index_key.to_vec());
+                writes.remove(&open.answer_lsns, index_key.to_vec());
                 last = Some(index_key);
             }
             if let Some(key) = &last {
@@ -191,11 +298,102 @@ impl HistoryStore {
             }
             writes.commit()?;
             if last.is_some() {
-                *purged_to = last;
+                resume.current = last;
             }
             Ok(removed)
         })
     }
+}
+
+/// Opens the first layout's keyspaces where they exist (module docs): deleted once both are
+/// empty, else asked by lookups until the purge drains them.
+pub(crate) fn open_legacy(mut open: Open) -> Result<Open, StoreError> {
+    if !LEGACY_KEYSPACES
+        .iter()
+        .any(|name| open.db.keyspace_exists(name))
+    {
+        return Ok(open);
+    }
+    let [answers, times] = LEGACY_KEYSPACES.map(|name| {
+        open.db
+            .keyspace(name, fjall::KeyspaceCreateOptions::default)
+    });
+    let (answers, times) = (answers?, times?);
+    if answers.is_empty()? && times.is_empty()? {
+        open.db.delete_keyspace(answers)?;
+        open.db.delete_keyspace(times)?;
+        return Ok(open);
+    }
+    open.legacy_answers = Some([answers, times]);
+    open.legacy_answers_live.store(true, Ordering::Release);
+    Ok(open)
+}
+
+/// Where each purge resumes (`meta` holds the same, read on the first purge).
+#[derive(Default)]
+pub(crate) struct PurgedTo {
+    current: Option<fjall::Slice>,
+    legacy: Option<fjall::Slice>,
+}
+
+/// One purge step over the first layout's answers ([`HistoryStore::purge_answers_before`]);
+/// when its index has nothing left after the resume point, lookups stop asking it.
+fn purge_legacy(
+    open: &Open,
+    resume: &mut Option<fjall::Slice>,
+    cutoff_ms: i64,
+    most: usize,
+) -> Result<usize, StoreError> {
+    let Some([answers, times]) = &open.legacy_answers else {
+        return Ok(0);
+    };
+    if resume.is_none() {
+        *resume = open.meta.get(LEGACY_PURGED_TO)?;
+    }
+    let start = match resume.as_ref() {
+        Some(key) => Bound::Excluded(key.to_vec()),
+        None => Bound::Unbounded,
+    };
+    if times
+        .range((start.clone(), Bound::Unbounded))
+        .next()
+        .is_none()
+    {
+        open.legacy_answers_live.store(false, Ordering::Release);
+        return Ok(0);
+    }
+    let end = Bound::Excluded(time_key(cutoff_ms).to_be_bytes().to_vec());
+    let mut writes = open.db.batch();
+    let mut removed = 0;
+    let mut last = None;
+    for guard in times.range((start, end)).take(most) {
+        let (index_key, _) = guard.into_inner()?;
+        let Some((at, name)) = index_key.split_at_checked(8) else {
+            return Err(StoreError::Corrupt {
+                what: "answer time",
+                key: hex::encode(&index_key),
+                reason: "shorter than its time".into(),
+            });
+        };
+        let at = numbers::<1>("answer time", at)?[0];
+        if let Some(bytes) = answers.get(name)? {
+            let stored: StoredAnswer = decode("answer", name, &bytes)?;
+            if time_key(stored.at_ms) == at {
+                writes.remove(answers, name);
+                removed += 1;
+            }
+        }
+        writes.remove(times, index_key.to_vec());
+        last = Some(index_key);
+    }
+    if let Some(key) = &last {
+        writes.insert(&open.meta, LEGACY_PURGED_TO, key.clone());
+    }
+    writes.commit()?;
+    if last.is_some() {
+        *resume = last;
+    }
+    Ok(removed)
 }
 
 #[cfg(test)]
@@ -212,7 +410,8 @@ mod tests {
             response: Some(b"{}".to_vec()),
             transfer_uuid: None,
         };
-        (1, record)
+        // Logged in the order decided, as the indexer files them.
+        (at_ms as u64, record)
     }
 
     /// Purges in steps remove every expired answer and no live one, and each starts after the
@@ -251,5 +450,105 @@ mod tests {
         assert_eq!(store.purge_answers_before(1_100, 1_000).unwrap(), 10);
         assert!(store.answer("customer:1", "late").unwrap().is_some());
         assert!(store.answer("customer:1", "k99").unwrap().is_none());
+    }
+
+    /// The purge walks its index in log order and stops at the first answer still inside the
+    /// window: an answer decided out of log order is purged late, never early.
+    #[test]
+    fn the_purge_stops_at_the_first_live_answer_in_log_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = HistoryStore::open(dir.path(), 1 << 20).unwrap();
+        let mut late = answer("c", 1_001);
+        late.0 = 3;
+        store
+            .file_answers(&[(1, answer("a", 1_000).1), (2, answer("b", 1_100).1), late])
+            .unwrap();
+        assert_eq!(store.purge_answers_before(1_050, 100).unwrap(), 1);
+        assert!(store.answer("customer:1", "a").unwrap().is_none());
+        assert!(store.answer("customer:1", "c").unwrap().is_some());
+        assert_eq!(store.purge_answers_before(1_200, 100).unwrap(), 2);
+        assert!(store.answer("customer:1", "c").unwrap().is_none());
+    }
+
+    /// A lookup compares the name stored under the digest: an answer filed under another name
+    /// with the same digest (a collision) is never replayed to this caller.
+    #[test]
+    fn an_answer_under_the_same_digest_with_another_name_is_not_found() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = HistoryStore::open(dir.path(), 1 << 20).unwrap();
+        let (_, record) = answer("k", 1_000);
+        store.file_answers(&[(1, record)]).unwrap();
+        assert!(store.answer("customer:1", "k").unwrap().is_some());
+        store
+            .with(|open| {
+                let named = Named {
+                    name: answer_key("customer:2", "k"),
+                    answer: store_answer(1_000),
+                };
+                let digest = digest(&answer_key("customer:1", "k"));
+                open.answers.insert(digest, encode(&named)?)?;
+                Ok(())
+            })
+            .unwrap();
+        assert_eq!(store.answer("customer:1", "k").unwrap(), None);
+        assert_eq!(store.answer("customer:2", "k").unwrap(), None);
+    }
+
+    fn store_answer(at_ms: i64) -> StoredAnswer {
+        StoredAnswer {
+            fingerprint: [2; 32],
+            at_ms,
+            lsn: at_ms as u64,
+            response: b"{}".to_vec(),
+        }
+    }
+
+    /// A store written with the first layout keeps serving its answers; the purge drains that
+    /// layout first, lookups stop asking it once it is empty, and the next open deletes it.
+    #[test]
+    fn answers_of_the_first_layout_are_found_purged_then_dropped() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = HistoryStore::open(dir.path(), 1 << 20).unwrap();
+        store
+            .with(|open| {
+                let [answers, times] = LEGACY_KEYSPACES.map(|name| {
+                    open.db
+                        .keyspace(name, fjall::KeyspaceCreateOptions::default)
+                });
+                let (answers, times) = (answers?, times?);
+                for i in 0..10 {
+                    let name = answer_key("customer:1", &format!("old{i}"));
+                    let stored = store_answer(1_000 + i);
+                    let mut index = time_key(stored.at_ms).to_be_bytes().to_vec();
+                    index.extend_from_slice(&name);
+                    times.insert(index, Vec::new())?;
+                    answers.insert(name, encode(&stored)?)?;
+                }
+                Ok(())
+            })
+            .unwrap();
+        store.persist().unwrap();
+        store.close();
+
+        let store = HistoryStore::open(dir.path(), 1 << 20).unwrap();
+        let old = store.answer("customer:1", "old3").unwrap().unwrap();
+        assert_eq!(old, store_answer(1_003));
+        store.file_answers(&[answer("new", 2_000)]).unwrap();
+        assert_eq!(store.purge_answers_before(1_005, 1_000).unwrap(), 5);
+        assert!(store.answer("customer:1", "old4").unwrap().is_none());
+        assert!(store.answer("customer:1", "old5").unwrap().is_some());
+        assert_eq!(store.purge_answers_before(3_000, 1_000).unwrap(), 5);
+        assert!(store.answer("customer:1", "new").unwrap().is_some());
+        assert_eq!(store.purge_answers_before(3_000, 1_000).unwrap(), 1);
+        assert!(store.answer("customer:1", "new").unwrap().is_none());
+        let live = store.with(|open| Ok(open.legacy_answers_live.load(Ordering::Acquire)));
+        assert!(!live.unwrap(), "lookups stop asking the drained layout");
+        store.persist().unwrap();
+        store.close();
+
+        let store = HistoryStore::open(dir.path(), 1 << 20).unwrap();
+        let exists =
+            store.with(|open| Ok(LEGACY_KEYSPACES.map(|name| open.db.keyspace_exists(name))));
+        assert_eq!(exists.unwrap(), [false, false]);
     }
 }

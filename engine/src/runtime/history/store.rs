@@ -20,7 +20,7 @@
 //! tx_uuids      uuid                            -> wallet | transaction id
 //! hold_uuids    uuid                            -> wallet | hold id
 //! counts        wallet                          -> transactions | entries | holds
-//! answers, answer_times                         idempotency answers ([`super::answers`])
+//! answers_by_digest, answers_by_lsn            idempotency answers ([`super::answers`])
 //! pages         wallet | kind | block           -> id            the page directory ([`super::pages`])
 //! report_days, report_subjects                  report aggregates ([`super::report_days`])
 //! moves         kind | uuid                     -> MoveRecord    finished cross-shard moves ([`super::moves`])
@@ -215,6 +215,8 @@ const TRANSACTIONS: &str = "transactions_by_epoch";
 const ENTRIES: &str = "entries_by_epoch";
 const ENTRY_TIMES: &str = "entry_times_by_epoch";
 const HOLDS: &str = "holds_by_epoch";
+/// Idempotency answers by the digest of their name ([`super::answers`]).
+const ANSWERS: &str = "answers_by_digest";
 
 /// The open database and its keyspaces.
 pub(crate) struct Open {
@@ -228,8 +230,14 @@ pub(crate) struct Open {
     pub(crate) tx_uuids: fjall::Keyspace,
     pub(crate) hold_uuids: fjall::Keyspace,
     pub(crate) counts: fjall::Keyspace,
+    /// `answers_by_digest` ([`super::answers`]).
     pub(crate) answers: fjall::Keyspace,
-    pub(crate) answer_times: fjall::Keyspace,
+    /// `answers_by_lsn`, the purge's index.
+    pub(crate) answer_lsns: fjall::Keyspace,
+    /// The first layout's `answers` and `answer_times`, in a store that still has them.
+    pub(crate) legacy_answers: Option<[fjall::Keyspace; 2]>,
+    /// The first layout's index still holds answers: lookups ask it too.
+    pub(crate) legacy_answers_live: std::sync::atomic::AtomicBool,
     pub(crate) pages: fjall::Keyspace,
     pub(crate) report_days: fjall::Keyspace,
     pub(crate) report_subjects: fjall::Keyspace,
@@ -251,9 +259,10 @@ pub(crate) struct Open {
 
 impl Open {
     /// Every keyspace with the memtable size at which the indexer seals it.
-    fn keyspaces(&self) -> [(&fjall::Keyspace, u64); 25] {
+    fn keyspaces(&self) -> impl Iterator<Item = (&fjall::Keyspace, u64)> {
         const LARGE: u64 = 16 << 20;
         const SMALL: u64 = 8 << 20;
+        let legacy = self.legacy_answers.iter().flatten();
         [
             (&self.meta, SMALL),
             (&self.transactions, LARGE),
@@ -265,7 +274,7 @@ impl Open {
             (&self.hold_uuids, LARGE),
             (&self.counts, SMALL),
             (&self.answers, LARGE),
-            (&self.answer_times, SMALL),
+            (&self.answer_lsns, SMALL),
             (&self.pages, SMALL),
             (&self.report_days, SMALL),
             (&self.report_subjects, SMALL),
@@ -281,6 +290,8 @@ impl Open {
             (&self.links, SMALL),
             (&self.qrs, SMALL),
         ]
+        .into_iter()
+        .chain(legacy.map(|keyspace| (keyspace, SMALL)))
     }
 }
 
@@ -290,9 +301,9 @@ pub struct HistoryStore {
     /// `None` once closed: the files are released even while stray handles live on (a restarted
     /// engine in the same process opens them again at once).
     open: std::sync::RwLock<Option<Open>>,
-    /// The last `answer_times` key the purge removed (read from `meta` on the first purge): the
-    /// next purge starts after it ([`HistoryStore::purge_answers_before`]).
-    pub(crate) purged_to: std::sync::Mutex<Option<fjall::Slice>>,
+    /// The last index keys the purge removed (read from `meta` on the first purge): the next
+    /// purge starts after them ([`HistoryStore::purge_answers_before`]).
+    pub(crate) purged_to: std::sync::Mutex<super::answers::PurgedTo>,
 }
 
 impl std::fmt::Debug for HistoryStore {
@@ -352,7 +363,7 @@ impl HistoryStore {
                         | ENTRIES
                         | ENTRY_TIMES
                         | HOLDS
-                        | "answers"
+                        | ANSWERS
                         | "payments"
                         | "tx_uuids"
                         | "hold_uuids"
@@ -363,7 +374,7 @@ impl HistoryStore {
                             .with_table_target_size(32 << 20),
                     ));
                 }
-                if name == "answers" {
+                if name == ANSWERS {
                     // Answers are the largest values (a rendered response, ~350 bytes) and are
                     // never changed: kept apart in blob files, written once at flush, compaction
                     // moves only their keys. Without it the one worker fell behind under a keyed
@@ -388,8 +399,10 @@ impl HistoryStore {
             tx_uuids: keyspace("tx_uuids")?,
             hold_uuids: keyspace("hold_uuids")?,
             counts: keyspace("counts")?,
-            answers: keyspace("answers")?,
-            answer_times: keyspace("answer_times")?,
+            answers: keyspace(ANSWERS)?,
+            answer_lsns: keyspace("answers_by_lsn")?,
+            legacy_answers: None,
+            legacy_answers_live: std::sync::atomic::AtomicBool::new(false),
             pages: keyspace("pages")?,
             report_days: keyspace("report_days")?,
             report_subjects: keyspace("report_subjects")?,
@@ -407,6 +420,7 @@ impl HistoryStore {
             qrs: keyspace("qrs")?,
             db,
         };
+        let open = super::answers::open_legacy(open)?;
         super::epochs::upgrade_layout(&open)?;
         let reports = if open
             .meta
@@ -426,7 +440,7 @@ impl HistoryStore {
             .store(reports, std::sync::atomic::Ordering::Release);
         Ok(HistoryStore {
             open: std::sync::RwLock::new(Some(open)),
-            purged_to: std::sync::Mutex::new(None),
+            purged_to: std::sync::Mutex::new(super::answers::PurgedTo::default()),
         })
     }
 
@@ -510,11 +524,8 @@ impl HistoryStore {
     /// the indexer's thread (never fjall's worker: see [`HistoryStore::rotate_full_memtables`]).
     pub fn flush_memtables(&self) -> Result<(), StoreError> {
         self.with(|open| {
-            let keyspaces: Vec<&fjall::Keyspace> = open
-                .keyspaces()
-                .iter()
-                .map(|(keyspace, _)| *keyspace)
-                .collect();
+            let keyspaces: Vec<&fjall::Keyspace> =
+                open.keyspaces().map(|(keyspace, _)| keyspace).collect();
             flush_and_wait(&keyspaces, "at shutdown")?;
             open.db.persist(fjall::PersistMode::SyncData)?;
             Ok(())

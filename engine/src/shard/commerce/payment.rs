@@ -113,7 +113,7 @@ impl Shard {
         let now_ms = draft.now_ms();
         let payment = Payment {
             id,
-            uuid: draft.uuid(UuidKind::Payment, id.0),
+            uuid: draft.timed_uuid(UuidKind::Payment, id.0),
             merchant_id: merchant.business_id(),
             merchant_wallet_id: merchant.id(),
             payer_wallet_id: request.payer_wallet_id,
@@ -395,7 +395,7 @@ impl Shard {
             ];
             draft.post(currency, &[debit], &legs)?;
             draft.push(Event::PaymentReserved(Box::new(PaymentReservation {
-                uuid: draft.uuid(UuidKind::PaymentReservation, transaction_id.0),
+                uuid: draft.timed_uuid(UuidKind::PaymentReservation, transaction_id.0),
                 payment_uuid: payment.uuid,
                 kind: PaymentMoveKind::Refund,
                 source_wallet_id: merchant.id(),

@@ -73,7 +73,7 @@ impl Shard {
         ];
         draft.post(request.currency, &[debit], &legs)?;
         draft.push(Event::PaymentReserved(Box::new(PaymentReservation {
-            uuid: draft.uuid(UuidKind::PaymentReservation, transaction_id.0),
+            uuid: draft.timed_uuid(UuidKind::PaymentReservation, transaction_id.0),
             payment_uuid: request.payment_uuid,
             kind: PaymentMoveKind::Charge,
             source_wallet_id: payer.id(),

@@ -325,7 +325,7 @@ impl Shard {
         }
         let (source, amount, text) = self.check_transfer_source(request, Decimal::ZERO)?;
         let transaction_id = draft.peek_transaction_id()?;
-        let transfer_uuid = draft.uuid(UuidKind::Transfer, transaction_id.0);
+        let transfer_uuid = draft.timed_uuid(UuidKind::Transfer, transaction_id.0);
         let in_transit = draft.system_account(request.currency, WalletType::InTransit)?;
         let kind = TransactionType::Transfer;
         let mut debit = TxSpec::new(source.id(), kind, Direction::Debit, amount, text.clone());

@@ -157,6 +157,18 @@ impl<'a> Draft<'a> {
         Uuid::derive(&self.ctx.entropy, self.shard.shard_index(), kind, id)
     }
 
+    /// A time-ordered uuid stamped with this command's time ([`Uuid::derive_timed`]): for
+    /// records the history store keys by uuid.
+    pub(crate) fn timed_uuid(&self, kind: UuidKind, id: u64) -> Uuid {
+        Uuid::derive_timed(
+            &self.ctx.entropy,
+            self.shard.shard_index(),
+            kind,
+            id,
+            self.ctx.now_ms,
+        )
+    }
+
     /// The uuid of a new transaction or hold (`kind`) of `wallet`: sealed under the shard's key
     /// (`values::sealed`), so that it opens to the record without an index. The shard's first
     /// such command chooses the key from its entropy and logs it, ahead of the record. An id
