@@ -268,14 +268,34 @@ impl Crash {
 
     /// Opens an engine on the log; returns the four balances and the recovery report.
     async fn recover(self) -> ([Decimal; 4], crate::runtime::RecoveryReport) {
+        self.recover_with(false).await
+    }
+
+    /// [`Crash::recover`], with (`snapshot`) a snapshot written at the log's end first, as
+    /// the background snapshot does, so that the open batch reaches recovery through the
+    /// snapshot's shards and no record after it names the batch.
+    async fn recover_with(self, snapshot: bool) -> ([Decimal; 4], crate::runtime::RecoveryReport) {
         let dir = tempfile::tempdir().unwrap();
         let mut config = EngineConfig::new(dir.path());
         config.shard_count = self.shards.len() as u32;
         config.snapshot_every_records = 0;
         write_log(&config, self.entries);
+        let snapshot = snapshot.then(|| {
+            let (covered, open) = snapshot_log(&config);
+            assert!(
+                open.iter().all(|&batches| batches == 1),
+                "open in the snapshot"
+            );
+            covered
+        });
         let clock = Arc::new(SeededClock::new(31, START_MS));
         let (engine, report) =
             Engine::open(config.clone(), clock.clone(), Arc::new(DebugRenderer)).unwrap();
+        if let Some(covered) = snapshot {
+            // Replay reads the log again for the fresh history store, but applies to a shard
+            // only the records its snapshot does not cover: none here.
+            assert_eq!(report.snapshot_lsn, Some(covered));
+        }
         let mut balances = [Decimal::ZERO; 4];
         for (slot, wallet) in balances.iter_mut().zip(self.wallets) {
             *slot = engine
@@ -299,6 +319,41 @@ impl Crash {
         engine.shutdown().unwrap();
         (balances, report)
     }
+}
+
+/// Writes a snapshot of the state the log in `config`'s WAL leaves, covering all of it, as the
+/// background snapshot builds one (replay, encode, checkpoint); answers the LSN it covers and
+/// each shard's number of open batches in it.
+fn snapshot_log(config: &EngineConfig) -> (u64, Vec<usize>) {
+    use crate::runtime::recovery::Replayed;
+    let dir = config.wal_dir();
+    let (log, _) = wal::Wal::open(&dir, config.wal.clone()).unwrap();
+    let target = log.durable_lsn();
+    let mut state = Replayed::load(&dir, config.shard_count).unwrap();
+    let from = state.replay_from();
+    wal::reader::read_range(
+        &dir,
+        config.wal.record_bytes_max,
+        from,
+        target,
+        &mut |record| state.apply(record),
+    )
+    .unwrap();
+    let open = state
+        .shards
+        .iter()
+        .map(|shard| shard.prepared_batches().len())
+        .collect();
+    let captures: Vec<(u64, Shard)> = state
+        .shards
+        .into_iter()
+        .map(|shard| (target, shard))
+        .collect();
+    let keys = state.table.pending_records();
+    let payload = crate::runtime::image::encode(&captures, &state.directory, &keys).unwrap();
+    log.checkpoint(target, &payload).unwrap();
+    log.close().unwrap();
+    (target, open)
 }
 
 const UNTOUCHED: [&str; 4] = ["100", "0", "100", "0"];
@@ -329,6 +384,46 @@ async fn a_batch_prepared_on_all_its_shards_is_completed_by_recovery() {
     let (balances, report) = crash.recover().await;
     assert_eq!(balances, amounts(POSTED));
     assert_eq!((report.batches_released, report.batches_completed), (0, 1));
+}
+
+/// A batch open in the snapshot recovery starts from (a background snapshot taken between its
+/// prepares and its credits): recovery learns it from the snapshot's shards and completes it,
+/// as it does from the log; one prepared on only some shards is released.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_open_in_the_snapshot_is_settled_by_recovery() {
+    let mut crash = Crash::new();
+    crash.prepare(0);
+    crash.prepare(1);
+    let (balances, report) = crash.recover_with(true).await;
+    assert_eq!(balances, amounts(POSTED));
+    assert_eq!((report.batches_released, report.batches_completed), (0, 1));
+
+    let mut crash = Crash::new();
+    crash.voters = vec![0, 1];
+    let first = crash.prepare(0);
+    // Shard 1 prepared nothing of it: the snapshot holds the batch open on shard 0 only.
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = EngineConfig::new(dir.path());
+    config.shard_count = 2;
+    config.snapshot_every_records = 0;
+    write_log(&config, std::mem::take(&mut crash.entries));
+    let (covered, open) = snapshot_log(&config);
+    assert_eq!(open, [1, 0]);
+    let clock = Arc::new(SeededClock::new(32, START_MS));
+    let (engine, report) = Engine::open(config, clock, Arc::new(DebugRenderer)).unwrap();
+    assert_eq!((report.batches_released, report.batches_completed), (1, 0));
+    // Replay reads the log again for the fresh history store, but applies to a shard only the
+    // records its snapshot does not cover: none here.
+    assert_eq!(report.snapshot_lsn, Some(covered));
+    let a0 = crash.wallets[0];
+    let balance = engine
+        .read_wallet(a0, move |s| s.wallet(a0).unwrap().balance())
+        .await
+        .unwrap();
+    assert_eq!(balance, dec("100"), "{} released", first.len());
+    engine.check_invariants().await.unwrap();
+    assert_eq!(engine.pending_cross_shard_moves().await.unwrap(), 0);
+    engine.shutdown().unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
