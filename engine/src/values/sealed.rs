@@ -203,6 +203,18 @@ mod tests {
         }
     }
 
+    /// A time-ordered uuid (version 7: payments, transfers' and payments' moves) never opens as
+    /// a sealed one, so a payment's uuid cannot be taken for a transaction or a hold.
+    #[test]
+    fn time_ordered_uuids_never_open() {
+        let key = key(3);
+        for id in 0..1_000u64 {
+            let at = 1_790_000_000_000 + i64::try_from(id).unwrap();
+            let timed = Uuid::derive_timed(&[9; 32], 0, UuidKind::Payment, id, at);
+            assert_eq!(key.open(timed), None);
+        }
+    }
+
     /// Ids past 48 bits are refused, not wrapped onto another record's uuid.
     #[test]
     fn ids_beyond_48_bits_are_not_sealed() {

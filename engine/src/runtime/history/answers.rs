@@ -16,24 +16,31 @@
 //! long keyed load the answers were the keyspace whose compaction grew fastest per request
 //! (BENCHMARKS.md, "Atomic batches across shards: the same soak"). The key is therefore as short
 //! as it can be, 16 bytes of SHA-256 over the caller and the key (the value carries both, and a
-//! lookup whose name differs finds nothing), instead of the ~45-byte name whose common prefix
-//! every comparison walked. The purge's index is keyed by the LSN that logged the answer, which
+//! lookup whose name differs finds nothing; two names with one digest would share its slot),
+//! instead of the ~45-byte name whose common prefix every comparison walked. The purge's index is keyed by the LSN that logged the answer, which
 //! the indexer files in order: each flushed table of it follows the one before and reaches the
 //! lower levels by a move, never rewritten. (It was keyed by the decision time, taken before the
 //! command queued, so neighbouring tables overlapped by a few milliseconds and every one was
 //! merged.) The purge walks it from where it stopped and stops at the first answer still inside
 //! the window: an answer decided a little out of log order is purged a little late, never early.
+//! An answer decided while the wall clock was ahead by D holds every purge back for D (the
+//! store grows meanwhile; the indexer warns when the purge waits on an answer from the future).
 //!
 //! **Older stores.** A store written with the first layout (`answers`: caller length | caller |
 //! key -> `StoredAnswer`; `answer_times`: decided at | that name -> ()) keeps those keyspaces
 //! until its answers expire: a lookup that finds nothing in the new one asks the old one, and the
-//! purge drains the old index first. Once it is empty the lookups stop asking, and the next open
-//! deletes both keyspaces.
+//! purge drains the old index first. Once nothing is left after its resume point the lookups
+//! stop asking, `meta` marks the layout drained, and the next open deletes both keyspaces.
+//! Stores with these keyspaces carry key layout 3 (`super::epochs`): a walletd from before them
+//! refuses the store instead of opening empty first-layout keyspaces beside it and running
+//! retries again.
 //!
 //! A store written before answers were filed has no `answers_since`: it is taken to be the LSN
 //! after what the store covered, and recovery files the answers of the records it replays below
 //! it (and those an older snapshot carried) before the engine serves; then it is 0. Those land in
-//! the purge's index at their own (older) LSN, or 0 for a snapshot's, before any it purged.
+//! the purge's index at their own (older) LSN, or 0 for a snapshot's (in digest order): one still
+//! inside the window holds the purge back until it expires, and one behind the resume point of
+//! an earlier purge stays on disk for good (lookups still judge it by its time).
 
 use std::ops::Bound;
 use std::sync::atomic::Ordering;
@@ -51,6 +58,9 @@ const PURGED_TO: &[u8] = b"answers_by_lsn_purged_to";
 const LEGACY_PURGED_TO: &[u8] = b"answers_purged_to";
 /// The keyspaces of the first layout (module docs), opened only where they exist.
 pub(crate) const LEGACY_KEYSPACES: [&str; 2] = ["answers", "answer_times"];
+/// In `meta`: the first layout's index has nothing after the purge's resume point (what is
+/// left behind it expired long ago), so the next open deletes its keyspaces.
+const LEGACY_DRAINED: &[u8] = b"answers_legacy_drained";
 
 /// One filed answer.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -86,8 +96,9 @@ pub(crate) fn answer_key(caller: &str, key: &str) -> Vec<u8> {
 }
 
 /// The key of a name in `answers_by_digest`: the first 16 bytes of SHA-256 over a domain tag
-/// and the name. 2^64 names before a collision is even likely, and a collision only makes a
-/// lookup miss (the stored name is compared), never answer another caller's request.
+/// and the name. A lookup compares the stored name, so it never answers another caller's
+/// request; two names with one digest (2^-128 for a pair, 2^64 names before one is even likely)
+/// would share the slot, the later answer replacing the earlier.
 fn digest(name: &[u8]) -> [u8; 16] {
     let hash = Sha256::new()
         .chain_update(b"walletd-answer-v1")
@@ -277,10 +288,12 @@ impl HistoryStore {
             let mut writes = open.db.batch();
             let mut removed = 0;
             let mut last = None;
+            let mut stopped_at = None;
             for guard in open.answer_lsns.range((start, Bound::Unbounded)).take(most) {
                 let (index_key, index_value) = guard.into_inner()?;
                 let (lsn, at_ms, digest) = lsn_entry_of(&index_key, &index_value)?;
                 if at_ms >= cutoff_ms {
+                    stopped_at = Some(at_ms);
                     break;
                 }
                 if let Some(bytes) = open.answers.get(digest)? {
@@ -300,13 +313,26 @@ impl HistoryStore {
             if last.is_some() {
                 resume.current = last;
             }
+            resume.stopped_at_ms = stopped_at;
             Ok(removed)
         })
     }
+
+    /// When the last purge stopped at an answer still inside the window: that answer's decision
+    /// time (`None` if it stopped for another reason). An answer decided while the clock was
+    /// ahead holds back every purge behind it in log order until it expires; the indexer warns
+    /// when this lies in the future.
+    pub fn purge_stopped_at(&self) -> Option<i64> {
+        self.purged_to
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .stopped_at_ms
+    }
 }
 
-/// Opens the first layout's keyspaces where they exist (module docs): deleted once both are
-/// empty, else asked by lookups until the purge drains them.
+/// Opens the first layout's keyspaces where they exist (module docs), or deletes them once the
+/// purge marked them drained. Not by asking whether they are empty: that walks every tombstone
+/// the purge left, and nothing compacts a keyspace no longer written.
 pub(crate) fn open_legacy(mut open: Open) -> Result<Open, StoreError> {
     if !LEGACY_KEYSPACES
         .iter()
@@ -319,9 +345,11 @@ pub(crate) fn open_legacy(mut open: Open) -> Result<Open, StoreError> {
             .keyspace(name, fjall::KeyspaceCreateOptions::default)
     });
     let (answers, times) = (answers?, times?);
-    if answers.is_empty()? && times.is_empty()? {
+    if open.meta.get(LEGACY_DRAINED)?.is_some() {
+        // A crash between the two deletions leaves one: the next open deletes it.
         open.db.delete_keyspace(answers)?;
         open.db.delete_keyspace(times)?;
+        tracing::info!("deleted the idempotency answers' first-layout keyspaces (drained)");
         return Ok(open);
     }
     open.legacy_answers = Some([answers, times]);
@@ -334,6 +362,8 @@ pub(crate) fn open_legacy(mut open: Open) -> Result<Open, StoreError> {
 pub(crate) struct PurgedTo {
     current: Option<fjall::Slice>,
     legacy: Option<fjall::Slice>,
+    /// Where the last purge stopped ([`HistoryStore::purge_stopped_at`]).
+    stopped_at_ms: Option<i64>,
 }
 
 /// One purge step over the first layout's answers ([`HistoryStore::purge_answers_before`]);
@@ -359,6 +389,7 @@ fn purge_legacy(
         .next()
         .is_none()
     {
+        open.meta.insert(LEGACY_DRAINED, Vec::new())?;
         open.legacy_answers_live.store(false, Ordering::Release);
         return Ok(0);
     }
@@ -516,6 +547,12 @@ mod tests {
                         .keyspace(name, fjall::KeyspaceCreateOptions::default)
                 });
                 let (answers, times) = (answers?, times?);
+                // A leftover behind an older build's resume point: an answer with no index
+                // entry, which nothing will ever purge (it must not keep the layout alive).
+                answers.insert(
+                    answer_key("customer:1", "leftover"),
+                    encode(&store_answer(10))?,
+                )?;
                 for i in 0..10 {
                     let name = answer_key("customer:1", &format!("old{i}"));
                     let stored = store_answer(1_000 + i);
@@ -550,5 +587,61 @@ mod tests {
         let exists =
             store.with(|open| Ok(LEGACY_KEYSPACES.map(|name| open.db.keyspace_exists(name))));
         assert_eq!(exists.unwrap(), [false, false]);
+        assert!(store.answer("customer:1", "leftover").unwrap().is_none());
+    }
+
+    /// An answer decided while the clock was ahead holds the purge back (it walks in log order
+    /// and stops at the first answer inside the window) and says so; nothing is purged early,
+    /// and once it expires the purge goes on.
+    #[test]
+    fn an_answer_from_the_future_holds_the_purge_back_until_it_expires() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = HistoryStore::open(dir.path(), 1 << 20).unwrap();
+        let filed = vec![
+            (1, answer("a", 1_000).1),
+            (2, answer("ahead", 50_000).1),
+            (3, answer("b", 1_002).1),
+        ];
+        store.file_answers(&filed).unwrap();
+        assert_eq!(store.purge_answers_before(2_000, 100).unwrap(), 1);
+        assert_eq!(store.purge_stopped_at(), Some(50_000));
+        assert!(
+            store.answer("customer:1", "b").unwrap().is_some(),
+            "held back"
+        );
+        assert_eq!(store.purge_answers_before(50_001, 100).unwrap(), 2);
+        assert_eq!(store.purge_stopped_at(), None);
+        for key in ["a", "ahead", "b"] {
+            assert!(store.answer("customer:1", key).unwrap().is_none(), "{key}");
+        }
+    }
+
+    /// A store of key layout 2 (before answers by digest) is marked 3 on open, which a walletd
+    /// from before refuses; a layout this build does not know is refused.
+    #[test]
+    fn the_store_is_marked_with_the_answers_layout_and_refuses_an_unknown_one() {
+        use crate::runtime::history::epochs::{LAYOUT, LAYOUT_ANSWERS};
+        let dir = tempfile::tempdir().unwrap();
+        let store = HistoryStore::open(dir.path(), 1 << 20).unwrap();
+        let layout = |store: &HistoryStore| {
+            store
+                .with(|open| Ok(open.meta.get(LAYOUT)?.map(|l| l.to_vec())))
+                .unwrap()
+        };
+        assert_eq!(layout(&store), Some(vec![LAYOUT_ANSWERS]));
+        store
+            .with(|open| Ok(open.meta.insert(LAYOUT, [2])?))
+            .unwrap();
+        store.persist().unwrap();
+        store.close();
+        let store = HistoryStore::open(dir.path(), 1 << 20).unwrap();
+        assert_eq!(layout(&store), Some(vec![LAYOUT_ANSWERS]));
+        store
+            .with(|open| Ok(open.meta.insert(LAYOUT, [9])?))
+            .unwrap();
+        store.persist().unwrap();
+        store.close();
+        let refused = HistoryStore::open(dir.path(), 1 << 20).unwrap_err();
+        assert!(refused.to_string().contains("key layout [9]"), "{refused}");
     }
 }

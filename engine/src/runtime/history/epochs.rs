@@ -17,7 +17,7 @@
 //! holds          epoch(id) | wallet | hold id               -> Hold
 //! entry_times    epoch(t) | wallet | t | entry id           -> ()   t: created_at as a time key
 //! wallet_epochs  wallet | kind | epoch                      -> ()   the epochs a wallet has records in
-//! meta           "layout"                                   -> 2    this layout (absent: wallet-first)
+//! meta           "layout"                                   -> 3    this layout with answers by digest (2: before them; absent: wallet-first)
 //! ```
 //!
 //! A wallet's records are then one range per epoch it has records in, and `wallet_epochs`
@@ -48,6 +48,10 @@ pub(crate) const TIME_EPOCH_BITS: u32 = 15;
 /// The `meta` key naming the key layout, and this layout's number.
 pub(crate) const LAYOUT: &[u8] = b"layout";
 const LAYOUT_EPOCHS: u8 = 2;
+/// Layout 2 with the idempotency answers by digest (`super::answers`). The records are keyed
+/// as in layout 2; the number changed so that a walletd from before refuses the store (it would
+/// open empty first-layout answer keyspaces beside the new ones and run retries again).
+pub(crate) const LAYOUT_ANSWERS: u8 = 3;
 /// The `meta` key holding, from the mark until the wallet-first keyspaces are dropped, the
 /// `indexed_lsn` the copy covered.
 const COPIED_AT: &[u8] = b"layout_copied_at";
@@ -242,20 +246,25 @@ pub(crate) fn upgrade_layout(open: &Open) -> Result<(), StoreError> {
         .into_iter()
         .any(|name| open.db.keyspace_exists(name));
     match open.meta.get(LAYOUT)? {
-        Some(layout) if layout.as_ref() != [LAYOUT_EPOCHS] => {
+        Some(layout) if layout.as_ref() == [LAYOUT_ANSWERS] => {}
+        Some(layout) if layout.as_ref() == [LAYOUT_EPOCHS] => {
+            // Its answers' keyspaces were created by this open ([`super::answers`]).
+            open.meta.insert(LAYOUT, [LAYOUT_ANSWERS])?;
+            open.db.persist(fjall::PersistMode::SyncData)?;
+        }
+        Some(layout) => {
             return Err(StoreError::Rule(format!(
                 "the history store has key layout {:?}, which this walletd does not read",
                 layout.as_ref()
             )));
         }
-        Some(_) => {}
         None if wallet_first => copy_wallet_first(open)?,
         None => {
             // A new store: every walletd before this layout created the wallet-first
             // keyspaces on its first open.
             let mut writes = open.db.batch();
             writes.insert(&open.meta, PAGES_COMPLETE, Vec::new());
-            writes.insert(&open.meta, LAYOUT, vec![LAYOUT_EPOCHS]);
+            writes.insert(&open.meta, LAYOUT, vec![LAYOUT_ANSWERS]);
             writes.commit()?;
             open.db.persist(fjall::PersistMode::SyncData)?;
         }
@@ -318,7 +327,7 @@ fn copy_wallet_first(open: &Open) -> Result<(), StoreError> {
     copy.finish()?;
     let covered = open.meta.get(INDEXED_LSN)?.map(|lsn| lsn.to_vec());
     let mut writes = open.db.batch();
-    writes.insert(&open.meta, LAYOUT, vec![LAYOUT_EPOCHS]);
+    writes.insert(&open.meta, LAYOUT, vec![LAYOUT_ANSWERS]);
     writes.insert(&open.meta, COPIED_AT, covered.unwrap_or_default());
     writes.commit()?;
     open.db.persist(fjall::PersistMode::SyncData)?;

@@ -75,6 +75,8 @@ pub(crate) struct Filer {
     pub(crate) checkpoint_lsn: u64,
     last_checkpoint: Instant,
     checkpoint_every: Duration,
+    /// When the indexer last warned that the purge waits on an answer from the future.
+    warned_purge_stall: Option<Instant>,
 }
 
 impl Filer {
@@ -102,6 +104,7 @@ impl Filer {
             checkpoint_lsn: indexed,
             last_checkpoint: Instant::now(),
             checkpoint_every,
+            warned_purge_stall: None,
         })
     }
 
@@ -250,6 +253,22 @@ impl Filer {
                 let purged = self.store.purge_answers_before(cutoff, PURGE_ANSWERS_MAX)?;
                 if purged > 0 {
                     tracing::debug!(purged, "expired idempotency answers removed");
+                }
+                let now = cutoff.saturating_add(answers.retention_ms);
+                let stalled = self
+                    .store
+                    .purge_stopped_at()
+                    .filter(|at| *at > now + 60_000);
+                let quiet = self
+                    .warned_purge_stall
+                    .is_some_and(|warned| warned.elapsed() < Duration::from_secs(60));
+                if let Some(at) = stalled.filter(|_| !quiet) {
+                    self.warned_purge_stall = Some(Instant::now());
+                    tracing::warn!(
+                        decided_at_ms = at,
+                        ahead_ms = at - now,
+                        "the idempotency answer purge waits on an answer decided in the future (the clock was ahead): answers behind it stay on disk until it expires"
+                    );
                 }
             }
         }
