@@ -496,6 +496,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         payment_moves_completed = report.payment_moves_completed,
         batches_completed = report.batches_completed,
         batches_released = report.batches_released,
+        batch_keys_answered = report.batch_keys_answered,
         took_ms = report.elapsed.as_millis() as u64,
         "recovered"
     );
@@ -689,6 +690,12 @@ fn replay(args: &ReplayArgs) -> anyhow::Result<()> {
             report.batches_completed + report.batches_released,
             report.batches_completed,
             report.batches_released
+        );
+    }
+    if report.batch_keys_answered > 0 {
+        println!(
+            "answered {} keys of transfer batches interrupted before their answer: batch_interrupted",
+            report.batch_keys_answered
         );
     }
     for moved in &report.quarantined {

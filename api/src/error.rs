@@ -152,7 +152,7 @@ impl ApiError {
             | R::InvalidState(_)
             | R::HoldExpired
             | R::AlreadyReversed => StatusCode::CONFLICT,
-            R::PaymentLinkExpired => StatusCode::CONFLICT,
+            R::PaymentLinkExpired | R::BatchInterrupted => StatusCode::CONFLICT,
             R::FourEyes => StatusCode::FORBIDDEN,
             R::WrongShard(_) => StatusCode::INTERNAL_SERVER_ERROR,
             R::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,

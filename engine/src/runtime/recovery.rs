@@ -70,6 +70,9 @@ pub struct RecoveryReport {
     /// logged its prepare) or released (`runtime::atomic_batch`).
     pub batches_completed: usize,
     pub batches_released: usize,
+    /// Keys of transfer batches over several log records a crash stopped before their answer,
+    /// now answered `batch_interrupted` (their items were settled like any other move).
+    pub batch_keys_answered: usize,
     /// A torn tail that was cut: segment, offset, reason.
     pub torn_tail: Option<String>,
     /// Cross-shard moves that could not be finished and were left reserved (see the module docs).
@@ -640,6 +643,27 @@ pub(crate) fn open(
             }
         }
     }
+    // A keyed transfer batch over several records that the crash stopped before its answer was
+    // logged (its items were settled above, as single cross-shard transfers or as the atomic
+    // batch) gets a final answer, so a retry is told instead of waiting on 409 for good. Its
+    // pending key is the only kind with no move: a move's key names its transfer or reservation.
+    let mut batch_keys_answered = 0;
+    let interrupted = table
+        .pending_records()
+        .into_iter()
+        .filter(|record| record.transfer_uuid.is_none());
+    for record in interrupted {
+        let (caller, key) = (record.caller.clone(), record.key.clone());
+        match block_on(engine.answer_interrupted_batch(record)) {
+            Ok(()) => {
+                batch_keys_answered += 1;
+                tracing::warn!(caller, key, "answered batch_interrupted under the key of a transfer batch a crash stopped before its answer (its items are settled)");
+            }
+            Err(error) => {
+                tracing::error!(caller, key, %error, "could not answer the key of an interrupted transfer batch: it stays pending");
+            }
+        }
+    }
     let transfers_quarantined = quarantined.iter().filter(|m| m.kind == "transfer").count();
     let payments_quarantined = quarantined
         .iter()
@@ -672,6 +696,7 @@ pub(crate) fn open(
         payment_moves_completed: pending_payments.len() - payments_quarantined,
         batches_completed,
         batches_released,
+        batch_keys_answered,
         torn_tail: recovered.torn_tail.map(|(path, offset, reason)| {
             format!("{} at offset {offset}: {reason}", path.display())
         }),

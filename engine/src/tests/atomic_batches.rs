@@ -542,3 +542,83 @@ async fn a_batch_recovery_cannot_settle_is_quarantined_with_its_moves() {
     engine.check_invariants().await.unwrap();
     engine.shutdown().unwrap();
 }
+
+/// A keyed batch over several records that the crash stopped before its answer was logged:
+/// recovery settles its items (here, an atomic batch prepared on one of its two shards:
+/// released) and answers its still-pending key `batch_interrupted`, so a retry gets that final
+/// answer (also after another restart) instead of 409 `request_in_progress` for good, and is
+/// never run a second time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_key_of_a_batch_interrupted_before_its_answer_is_answered_batch_interrupted() {
+    use crate::runtime::journal::{IdempotencyRecord, JournalEntry};
+    use crate::runtime::IdempotencyKey;
+    let mut crash = Crash::new();
+    crash.prepare(0);
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = EngineConfig::new(dir.path());
+    config.shard_count = 2;
+    config.snapshot_every_records = 0;
+    write_log(&config, std::mem::take(&mut crash.entries));
+    let key = IdempotencyKey {
+        caller: "customer:1".into(),
+        key: "batch-1".into(),
+        fingerprint: [5; 32],
+        legacy_fingerprint: None,
+        route: 40,
+    };
+    // The key as the batch's first message logs it: pending, no move named.
+    let pending = JournalEntry {
+        shard: 0,
+        events: Vec::new(),
+        directory: Vec::new(),
+        idempotency: Some(IdempotencyRecord {
+            caller: key.caller.clone(),
+            key: key.key.clone(),
+            fingerprint: key.fingerprint,
+            at_ms: START_MS,
+            route: key.route,
+            response: None,
+            transfer_uuid: None,
+        }),
+    };
+    let (log, _) = wal::Wal::open(config.wal_dir(), config.wal.clone()).unwrap();
+    log.append(pending.encode().unwrap())
+        .unwrap()
+        .wait()
+        .unwrap();
+    log.close().unwrap();
+
+    let clock = Arc::new(SeededClock::new(33, START_MS));
+    let open = || Engine::open(config.clone(), clock.clone(), Arc::new(DebugRenderer)).unwrap();
+    let (engine, report) = open();
+    assert_eq!(report.batches_released, 1);
+    assert_eq!(report.batch_keys_answered, 1);
+    let [a0, _, a1, b1] = crash.wallets;
+    let retry = |engine: Engine| {
+        let key = key.clone();
+        async move {
+            let items = vec![
+                crate::runtime::batch::BatchItem::Transfer(transfer(a0, b1, "10", "EUR")),
+                crate::runtime::batch::BatchItem::Transfer(transfer(a1, a0, "20", "EUR")),
+            ];
+            engine.execute_batch_idempotent(items, true, key).await
+        }
+    };
+    let reply = retry(engine.clone()).await.unwrap();
+    assert!(reply.replayed, "the retry is answered, not run");
+    let text = String::from_utf8(reply.response).unwrap();
+    assert!(text.contains("BatchInterrupted"), "{text}");
+    let balance = engine
+        .read_wallet(a0, move |s| s.wallet(a0).unwrap().balance())
+        .await
+        .unwrap();
+    assert_eq!(balance, dec("100"), "released, and the retry moved nothing");
+    engine.shutdown().unwrap();
+
+    let (engine, report) = open();
+    assert_eq!(report.batch_keys_answered, 0, "the answer was logged");
+    let again = retry(engine.clone()).await.unwrap();
+    assert!(again.replayed);
+    assert_eq!(String::from_utf8(again.response).unwrap(), text);
+    engine.shutdown().unwrap();
+}
