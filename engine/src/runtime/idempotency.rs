@@ -157,8 +157,8 @@ impl IdempotencyTable {
         self.slots.insert(id, slot);
     }
 
-    /// The pending keys of unfinished cross-shard moves, for a snapshot (hot state; answers are
-    /// in the store), sorted so snapshots are canonical. Snapshots take them from replay's table,
+    /// The pending keys of unfinished cross-shard moves and multi-record transfer batches, for a
+    /// snapshot (hot state; answers are in the store), sorted so snapshots are canonical. Snapshots take them from replay's table,
     /// which holds only what the durable log says.
     #[must_use]
     pub fn pending_records(&self) -> Vec<IdempotencyRecord> {

@@ -14,6 +14,10 @@
 //!    [`Engine::quarantined_moves`] (health, metrics and `walletd replay` show them), and left
 //!    reserved, its money in transit, so every invariant still holds and the engine starts. The
 //!    next start tries it again. Only a failed engine (log or shard) still refuses to open.
+//!    Open atomic transfer batches are completed or released the same way
+//!    (`runtime::atomic_batch`), and then, if nothing was quarantined, the keys of transfer
+//!    batches over several records that the crash stopped before their answer are answered
+//!    `batch_interrupted` ([`crate::Rejection::BatchInterrupted`]).
 //!
 //! Restart cost grows with the log written since the snapshot, not with history (invariant 7).
 
@@ -645,13 +649,24 @@ pub(crate) fn open(
     }
     // A keyed transfer batch over several records that the crash stopped before its answer was
     // logged (its items were settled above, as single cross-shard transfers or as the atomic
-    // batch) gets a final answer, so a retry is told instead of waiting on 409 for good. Its
-    // pending key is the only kind with no move: a move's key names its transfer or reservation.
+    // batch, or never ran) gets a final answer, so a retry is told instead of waiting on 409 for
+    // good. Its pending key is the only kind with no move: a move's key names its transfer or
+    // reservation. Not while anything is quarantined: the key does not say which batch it is,
+    // so it might be a quarantined one's, whose items are still in flight; those keys stay
+    // pending (409 `request_in_progress`, true then) until a start that quarantines nothing.
     let mut batch_keys_answered = 0;
-    let interrupted = table
+    let interrupted: Vec<_> = table
         .pending_records()
         .into_iter()
-        .filter(|record| record.transfer_uuid.is_none());
+        .filter(|record| record.transfer_uuid.is_none())
+        .collect();
+    if !quarantined.is_empty() && !interrupted.is_empty() {
+        tracing::warn!(
+            keys = interrupted.len(),
+            "keys of interrupted transfer batches stay pending while moves are quarantined"
+        );
+    }
+    let interrupted = interrupted.into_iter().filter(|_| quarantined.is_empty());
     for record in interrupted {
         let (caller, key) = (record.caller.clone(), record.key.clone());
         match block_on(engine.answer_interrupted_batch(record)) {

@@ -530,9 +530,19 @@ async fn a_batch_recovery_cannot_settle_is_quarantined_with_its_moves() {
     config.shard_count = 2;
     config.snapshot_every_records = 0;
     write_log(&config, entries);
+    let key = append_pending_batch_key(&config, 0);
     let clock = Arc::new(SeededClock::new(32, START_MS));
     let (engine, report) = Engine::open(config, clock, Arc::new(DebugRenderer)).unwrap();
     assert_eq!(report.quarantined.len(), 1, "{:?}", report.quarantined);
+    // The key might be the quarantined batch's (it does not say): it stays pending, not
+    // answered as if its items were settled.
+    assert_eq!(report.batch_keys_answered, 0);
+    let item = crate::runtime::batch::BatchItem::Transfer(transfer(a, b, "4", "EUR"));
+    let retry = engine.execute_batch_idempotent(vec![item], true, key).await;
+    assert!(
+        matches!(retry, Err(crate::runtime::EngineError::IdempotencyInFlight)),
+        "{retry:?}"
+    );
     let moved = &report.quarantined[0];
     assert_eq!(
         (moved.kind, moved.uuid, moved.moves),
@@ -543,32 +553,19 @@ async fn a_batch_recovery_cannot_settle_is_quarantined_with_its_moves() {
     engine.shutdown().unwrap();
 }
 
-/// A keyed batch over several records that the crash stopped before its answer was logged:
-/// recovery settles its items (here, an atomic batch prepared on one of its two shards:
-/// released) and answers its still-pending key `batch_interrupted`, so a retry gets that final
-/// answer (also after another restart) instead of 409 `request_in_progress` for good, and is
-/// never run a second time.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_key_of_a_batch_interrupted_before_its_answer_is_answered_batch_interrupted() {
+/// The key of a batch over several records as its first message logs it, on `shard`: pending,
+/// naming no move; appended to the log in `config`.
+fn append_pending_batch_key(config: &EngineConfig, shard: u32) -> crate::runtime::IdempotencyKey {
     use crate::runtime::journal::{IdempotencyRecord, JournalEntry};
-    use crate::runtime::IdempotencyKey;
-    let mut crash = Crash::new();
-    crash.prepare(0);
-    let dir = tempfile::tempdir().unwrap();
-    let mut config = EngineConfig::new(dir.path());
-    config.shard_count = 2;
-    config.snapshot_every_records = 0;
-    write_log(&config, std::mem::take(&mut crash.entries));
-    let key = IdempotencyKey {
+    let key = crate::runtime::IdempotencyKey {
         caller: "customer:1".into(),
         key: "batch-1".into(),
         fingerprint: [5; 32],
         legacy_fingerprint: None,
         route: 40,
     };
-    // The key as the batch's first message logs it: pending, no move named.
     let pending = JournalEntry {
-        shard: 0,
+        shard,
         events: Vec::new(),
         directory: Vec::new(),
         idempotency: Some(IdempotencyRecord {
@@ -587,6 +584,25 @@ async fn the_key_of_a_batch_interrupted_before_its_answer_is_answered_batch_inte
         .wait()
         .unwrap();
     log.close().unwrap();
+    key
+}
+
+/// A keyed batch over several records that the crash stopped before its answer was logged:
+/// recovery settles its items (here, an atomic batch prepared on one of its two shards:
+/// released) and answers its still-pending key `batch_interrupted`, so a retry gets that final
+/// answer (also after another restart) instead of 409 `request_in_progress` for good, and is
+/// never run a second time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_key_of_a_batch_interrupted_before_its_answer_is_answered_batch_interrupted() {
+    let mut crash = Crash::new();
+    crash.prepare(0);
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = EngineConfig::new(dir.path());
+    config.shard_count = 2;
+    config.snapshot_every_records = 0;
+    write_log(&config, std::mem::take(&mut crash.entries));
+    // Logged on shard 1; recovery answers it on shard 0.
+    let key = append_pending_batch_key(&config, 1);
 
     let clock = Arc::new(SeededClock::new(33, START_MS));
     let open = || Engine::open(config.clone(), clock.clone(), Arc::new(DebugRenderer)).unwrap();

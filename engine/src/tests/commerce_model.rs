@@ -690,9 +690,11 @@ fn new_rejection_codes_follow_the_old_ones() {
         R::PeriodInvalid(""),
         R::NothingToSettle,
         R::Unavailable(""),
+        R::BatchTooLarge(""),
+        R::BatchInterrupted,
     ];
     let precedences: Vec<u16> = all.iter().map(R::precedence).collect();
-    assert_eq!(precedences, (1..=21).collect::<Vec<u16>>());
+    assert_eq!(precedences, (1..=23).collect::<Vec<u16>>());
     let codes: std::collections::BTreeSet<&str> = all.iter().map(R::code).collect();
     assert_eq!(codes.len(), all.len());
     assert_eq!(

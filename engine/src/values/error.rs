@@ -45,7 +45,7 @@ use crate::values::ids::{EntryId, WalletId};
 /// | 20 | `nothing_to_settle` | no unsettled payment credit (with a positive net total) in the period | 422 |
 /// | 21 | `unavailable` | a record that left memory could not be read back from the history store | 503 |
 /// | 22 | `batch_too_large` | a transfer batch whose events (or answer) could not fit the log records it needs | 413 |
-/// | 23 | `batch_interrupted` | the final answer of a keyed transfer batch over several log records that a crash interrupted; recovery completed or released every item | 409 |
+/// | 23 | `batch_interrupted` | the final answer of a keyed transfer batch over several log records that a crash interrupted: each item posted, was refused or never ran, none is in flight | 409 |
 ///
 /// Numbers never change once published, so codes added later get the next numbers and are checked
 /// after the older ones; each new code is placed so that this still holds for every command (a
@@ -80,10 +80,11 @@ pub enum Rejection {
     #[error("batch too large: {0}")]
     BatchTooLarge(&'static str),
     /// The answer recovery logs under the key of a transfer batch over several log records that
-    /// a crash stopped before its answer was logged (`runtime::recovery`): every item was
-    /// completed or released, but which is not rebuilt; a retry gets this, never a second run.
+    /// a crash stopped before its answer was logged (`runtime::recovery`): each item posted, was
+    /// refused or never ran, none is in flight, but which is not rebuilt; a retry gets this,
+    /// never a second run.
     #[error(
-        "the batch was interrupted by a restart before its answer was recorded; recovery completed or released each of its items (read the wallets' transactions for the outcome), and a retry under this key gets this answer"
+        "the batch was interrupted by a restart before its answer was recorded: each item posted, was refused or never ran, and none is in flight (an item whose transaction, by its reference, is not in the wallet did not post); this answer is final under this key"
     )]
     BatchInterrupted,
     #[error("capture amount exceeds the hold amount")]

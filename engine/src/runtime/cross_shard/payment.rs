@@ -10,8 +10,8 @@
 
 use crate::commerce::payment::{PaymentMoveKind, PaymentProvider, PaymentReservation};
 use crate::ledger::transfer::TransferState;
-use crate::runtime::actor::{Answer, Claim, Executed};
-use crate::runtime::config::EngineError;
+use crate::runtime::actor::{Answer, Claim, Executed, LogAnswer};
+use crate::runtime::config::{unavailable, EngineError};
 use crate::runtime::engine::Engine;
 use crate::runtime::journal::IdempotencyRecord;
 use crate::shard::command::{Command, Outcome, PaymentCredit, PaymentReserve};
@@ -138,11 +138,30 @@ impl Engine {
                 self.complete_payment_move(reservation, record).await
             }
             // A refund that stayed on one shard (cannot happen for a cross-shard payer, but the
-            // shard decides): its answer is already logged.
-            Ok(outcome) => Ok(Executed {
-                result: Ok(outcome),
-                response: reserved.response,
-            }),
+            // shard decides): the first step logged the key pending (it renders only a
+            // refusal), so the answer is logged now; a pending key naming no move would be
+            // taken for an interrupted batch's by recovery.
+            Ok(outcome) => {
+                let response = match record {
+                    Some(record) => {
+                        let claim = Claim {
+                            record,
+                            answer: Answer::Given(Box::new(outcome.clone())),
+                        };
+                        self.addr(place.merchant_shard)?
+                            .send(LogAnswer(claim))
+                            .await
+                            .map_err(unavailable)??
+                            .wait()
+                            .await?
+                    }
+                    None => reserved.response,
+                };
+                Ok(Executed {
+                    result: Ok(outcome),
+                    response,
+                })
+            }
             Err(rejection) => Ok(Executed {
                 result: Err(rejection),
                 response: reserved.response,
