@@ -692,6 +692,12 @@ fn replay(args: &ReplayArgs) -> anyhow::Result<()> {
             report.batches_released
         );
     }
+    if report.confirm_keys_answered > 0 {
+        println!(
+            "answered {} keys of repeated payment confirms interrupted after their reserve: invalid_state",
+            report.confirm_keys_answered
+        );
+    }
     if report.batch_keys_answered > 0 {
         println!(
             "answered {} keys of transfer batches interrupted before their answer: batch_interrupted",

@@ -263,26 +263,6 @@ impl Engine {
         })
     }
 
-    /// Logs `batch_interrupted` as the final answer under the pending key of a transfer batch
-    /// over several records that a crash stopped before its answer (recovery). Any shard may
-    /// log it; shard 0 does.
-    pub(crate) async fn answer_interrupted_batch(
-        &self,
-        record: IdempotencyRecord,
-    ) -> Result<(), EngineError> {
-        let claim = Claim {
-            record,
-            answer: Answer::Rejected(Rejection::BatchInterrupted),
-        };
-        self.addr(0)?
-            .send(LogAnswer(claim))
-            .await
-            .map_err(unavailable)??
-            .wait()
-            .await?;
-        Ok(())
-    }
-
     /// One message of commands to `shard`, answered once its record is durable.
     /// With `prepare`, an atomic cross-shard batch's prepare there (`super::atomic_batch`).
     pub(crate) async fn send_batch(

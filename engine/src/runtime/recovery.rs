@@ -17,7 +17,9 @@
 //!    Open atomic transfer batches are completed or released the same way
 //!    (`runtime::atomic_batch`), and then, if nothing was quarantined, the keys of transfer
 //!    batches over several records that the crash stopped before their answer are answered
-//!    `batch_interrupted` ([`crate::Rejection::BatchInterrupted`]).
+//!    `batch_interrupted` ([`crate::Rejection::BatchInterrupted`]), and the key of a repeated
+//!    cross-shard confirm stopped after its reserve (which found the payment completed) gets the
+//!    live path's `invalid_state`.
 //!
 //! Restart cost grows with the log written since the snapshot, not with history (invariant 7).
 
@@ -35,10 +37,12 @@ use super::idempotency::IdempotencyTable;
 use super::image;
 use super::journal::JournalEntry;
 use crate::identity::directory::Directory;
+use crate::ledger::transfer::TransferState;
 use crate::shard::cold::Recall;
 use crate::shard::command::TransferCredit;
 use crate::shard::state::Shard;
 use crate::values::currency::Currency;
+use crate::values::error::Rejection;
 
 impl Engine {
     /// Opens the data directory: recovers state from snapshot and log, starts the shards, and
@@ -77,6 +81,9 @@ pub struct RecoveryReport {
     /// Keys of transfer batches over several log records a crash stopped before their answer,
     /// now answered `batch_interrupted` (their items were settled like any other move).
     pub batch_keys_answered: usize,
+    /// Keys of repeated cross-shard payment confirms a crash interrupted after the reserve
+    /// (which found the payment completed by an earlier confirm), now answered `invalid_state`.
+    pub confirm_keys_answered: usize,
     /// A torn tail that was cut: segment, offset, reason.
     pub torn_tail: Option<String>,
     /// Cross-shard moves that could not be finished and were left reserved (see the module docs).
@@ -669,13 +676,57 @@ pub(crate) fn open(
     let interrupted = interrupted.into_iter().filter(|_| quarantined.is_empty());
     for record in interrupted {
         let (caller, key) = (record.caller.clone(), record.key.clone());
-        match block_on(engine.answer_interrupted_batch(record)) {
+        match block_on(answer_pending(
+            &engine,
+            0,
+            record,
+            Rejection::BatchInterrupted,
+        )) {
             Ok(()) => {
                 batch_keys_answered += 1;
                 tracing::warn!(caller, key, "answered batch_interrupted under the key of a transfer batch a crash stopped before its answer (its items are settled)");
             }
             Err(error) => {
                 tracing::error!(caller, key, %error, "could not answer the key of an interrupted transfer batch: it stays pending");
+            }
+        }
+    }
+    // A second confirm of a cross-shard payment that an earlier confirm had completed logs its
+    // key pending, naming the finalized reservation, and is answered by a no-op finalize
+    // (`Engine::confirm_across`); a crash in between left the key pending for good, since the
+    // loops above settle only reservations still reserved. It gets the live path's answer.
+    let mut confirm_keys_answered = 0;
+    for record in table.pending_records() {
+        let Some(uuid) = record.transfer_uuid else {
+            continue;
+        };
+        if quarantined.iter().any(|moved| moved.uuid == uuid) {
+            continue;
+        }
+        let mut finalized_on = None;
+        for shard in 0..engine.shard_count() {
+            let state = block_on(engine.peek_shard(shard, move |s| {
+                s.reservation_record(uuid)
+                    .map(|found| found.map(|reservation| reservation.state))
+            }));
+            if let Ok(Ok(Some(TransferState::Finalized))) = state {
+                finalized_on = Some(shard);
+                break;
+            }
+        }
+        let Some(shard) = finalized_on else {
+            tracing::warn!(caller = record.caller, key = record.key, move_uuid = %uuid, "an idempotency key names a move recovery did not settle and found no finalized payment reservation for: it stays pending");
+            continue;
+        };
+        let (caller, key) = (record.caller.clone(), record.key.clone());
+        let refusal = Rejection::InvalidState("payment is not pending");
+        match block_on(answer_pending(&engine, shard, record, refusal)) {
+            Ok(()) => {
+                confirm_keys_answered += 1;
+                tracing::info!(caller, key, reservation = %uuid, "answered the key of a repeated confirm a crash interrupted (the payment was completed by an earlier one)");
+            }
+            Err(error) => {
+                tracing::error!(caller, key, %error, "could not answer the key of an interrupted repeated confirm: it stays pending");
             }
         }
     }
@@ -712,6 +763,7 @@ pub(crate) fn open(
         batches_completed,
         batches_released,
         batch_keys_answered,
+        confirm_keys_answered,
         torn_tail: recovered.torn_tail.map(|(path, offset, reason)| {
             format!("{} at offset {offset}: {reason}", path.display())
         }),
@@ -1020,4 +1072,27 @@ pub(crate) fn block_on<F: std::future::Future>(future: F) -> F::Output {
         }
         std::thread::park();
     }
+}
+
+/// Logs `rejection` as the final answer under a pending key, on `shard` (any shard may log an
+/// answer: replay keeps the last record of a key, whichever shard logged it).
+async fn answer_pending(
+    engine: &Engine,
+    shard: u32,
+    record: super::journal::IdempotencyRecord,
+    rejection: Rejection,
+) -> Result<(), EngineError> {
+    use super::actor::{Answer, Claim, LogAnswer};
+    let claim = Claim {
+        record,
+        answer: Answer::Rejected(rejection),
+    };
+    engine
+        .addr(shard)?
+        .send(LogAnswer(claim))
+        .await
+        .map_err(super::config::unavailable)??
+        .wait()
+        .await?;
+    Ok(())
 }

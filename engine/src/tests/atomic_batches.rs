@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use rust_decimal::Decimal;
 
-use super::runtime_hardening::{write_log, DebugRenderer, START_MS};
+use super::runtime_hardening::{append_pending_key, write_log, DebugRenderer, START_MS};
 use super::{dec, transfer, Harness};
 use crate::ledger::transfer::OutgoingTransfer;
 use crate::runtime::clock::SeededClock;
@@ -530,7 +530,7 @@ async fn a_batch_recovery_cannot_settle_is_quarantined_with_its_moves() {
     config.shard_count = 2;
     config.snapshot_every_records = 0;
     write_log(&config, entries);
-    let key = append_pending_batch_key(&config, 0);
+    let key = append_pending_key(&config, 0, None);
     let clock = Arc::new(SeededClock::new(32, START_MS));
     let (engine, report) = Engine::open(config, clock, Arc::new(DebugRenderer)).unwrap();
     assert_eq!(report.quarantined.len(), 1, "{:?}", report.quarantined);
@@ -553,40 +553,6 @@ async fn a_batch_recovery_cannot_settle_is_quarantined_with_its_moves() {
     engine.shutdown().unwrap();
 }
 
-/// The key of a batch over several records as its first message logs it, on `shard`: pending,
-/// naming no move; appended to the log in `config`.
-fn append_pending_batch_key(config: &EngineConfig, shard: u32) -> crate::runtime::IdempotencyKey {
-    use crate::runtime::journal::{IdempotencyRecord, JournalEntry};
-    let key = crate::runtime::IdempotencyKey {
-        caller: "customer:1".into(),
-        key: "batch-1".into(),
-        fingerprint: [5; 32],
-        legacy_fingerprint: None,
-        route: 40,
-    };
-    let pending = JournalEntry {
-        shard,
-        events: Vec::new(),
-        directory: Vec::new(),
-        idempotency: Some(IdempotencyRecord {
-            caller: key.caller.clone(),
-            key: key.key.clone(),
-            fingerprint: key.fingerprint,
-            at_ms: START_MS,
-            route: key.route,
-            response: None,
-            transfer_uuid: None,
-        }),
-    };
-    let (log, _) = wal::Wal::open(config.wal_dir(), config.wal.clone()).unwrap();
-    log.append(pending.encode().unwrap())
-        .unwrap()
-        .wait()
-        .unwrap();
-    log.close().unwrap();
-    key
-}
-
 /// A keyed batch over several records that the crash stopped before its answer was logged:
 /// recovery settles its items (here, an atomic batch prepared on one of its two shards:
 /// released) and answers its still-pending key `batch_interrupted`, so a retry gets that final
@@ -602,7 +568,7 @@ async fn the_key_of_a_batch_interrupted_before_its_answer_is_answered_batch_inte
     config.snapshot_every_records = 0;
     write_log(&config, std::mem::take(&mut crash.entries));
     // Logged on shard 1; recovery answers it on shard 0.
-    let key = append_pending_batch_key(&config, 1);
+    let key = append_pending_key(&config, 1, None);
 
     let clock = Arc::new(SeededClock::new(33, START_MS));
     let open = || Engine::open(config.clone(), clock.clone(), Arc::new(DebugRenderer)).unwrap();

@@ -603,3 +603,77 @@ fn issue_16_interleaved_confirms_freezes_and_refunds_never_create_money() {
         );
     }
 }
+
+/// A second confirm of a cross-shard payment that an earlier confirm had completed: its reserve
+/// logs the key pending, naming the finalized reservation, and the no-op finalize that answers
+/// it never ran (the crash). Recovery settles only reservations still reserved, so before, the
+/// key stayed pending for good (409 `request_in_progress` to every retry); now it gets the live
+/// path's answer, `invalid_state` "payment is not pending", and the payment is untouched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_repeated_confirm_interrupted_after_its_reserve_is_answered_by_recovery() {
+    use std::sync::Arc;
+
+    use super::runtime_hardening::{append_pending_key, write_log, DebugRenderer, START_MS};
+    use crate::runtime::clock::SeededClock;
+    use crate::runtime::{Engine, EngineConfig};
+    let mut t = two();
+    let mut entries = Vec::new();
+    let take = |t: &mut Two, entries: &mut Vec<(u32, Vec<crate::Event>)>| {
+        for (shard, log) in [(0, &mut t.a.log), (1, &mut t.b.log)] {
+            let events = std::mem::take(log);
+            if !events.is_empty() {
+                entries.push((shard, events));
+            }
+        }
+    };
+    take(&mut t, &mut entries);
+    let payment = pay(&mut t.b, initiate(t.merchant, t.payer, "30", "USD"));
+    take(&mut t, &mut entries);
+    let reservation = reserve(&mut t, &payment);
+    take(&mut t, &mut entries);
+    assert_eq!(credit(&mut t.b, &reservation), Ok(false));
+    take(&mut t, &mut entries);
+    settle(
+        &mut t.a,
+        Command::PaymentReserveFinalize {
+            reservation_uuid: reservation.uuid,
+        },
+    );
+    take(&mut t, &mut entries);
+
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = EngineConfig::new(dir.path());
+    config.shard_count = 2;
+    config.snapshot_every_records = 0;
+    write_log(&config, entries);
+    // The second confirm's reserve, on the payer's shard: it found the reservation finalized.
+    let key = append_pending_key(&config, 0, Some(reservation.uuid));
+    let clock = Arc::new(SeededClock::new(34, START_MS));
+    let open = || Engine::open(config.clone(), clock.clone(), Arc::new(DebugRenderer)).unwrap();
+    let (engine, report) = open();
+    assert_eq!(report.confirm_keys_answered, 1);
+    assert_eq!(report.payment_moves_completed, 0);
+    let retry = engine
+        .execute_idempotent(
+            Command::ConfirmPayment {
+                payment_uuid: payment.uuid,
+            },
+            key.clone(),
+        )
+        .await
+        .unwrap();
+    assert!(retry.replayed, "answered, not run");
+    let text = String::from_utf8(retry.response).unwrap();
+    assert!(text.contains("payment is not pending"), "{text}");
+    let payer = t.payer;
+    let balance = engine
+        .read_wallet(payer, move |s| s.wallet(payer).unwrap().balance())
+        .await
+        .unwrap();
+    assert_eq!(balance, dec("70.00"), "charged once");
+    engine.check_invariants().await.unwrap();
+    engine.shutdown().unwrap();
+    let (engine, report) = open();
+    assert_eq!(report.confirm_keys_answered, 0, "the answer was logged");
+    engine.shutdown().unwrap();
+}

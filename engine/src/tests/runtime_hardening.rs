@@ -49,6 +49,45 @@ pub(super) fn write_log(config: &EngineConfig, entries: Vec<(u32, Vec<crate::Eve
     log.close().unwrap();
 }
 
+/// An idempotency key logged pending on `shard`, as the first step of a multi-step request logs
+/// it (`move_uuid`: the move it names; `None` for a transfer batch over several records),
+/// appended to the log in `config`; the key to retry it with.
+pub(super) fn append_pending_key(
+    config: &EngineConfig,
+    shard: u32,
+    move_uuid: Option<crate::Uuid>,
+) -> crate::runtime::IdempotencyKey {
+    use crate::runtime::journal::IdempotencyRecord;
+    let key = crate::runtime::IdempotencyKey {
+        caller: "customer:1".into(),
+        key: "multi-step-1".into(),
+        fingerprint: [5; 32],
+        legacy_fingerprint: None,
+        route: 40,
+    };
+    let pending = JournalEntry {
+        shard,
+        events: Vec::new(),
+        directory: Vec::new(),
+        idempotency: Some(IdempotencyRecord {
+            caller: key.caller.clone(),
+            key: key.key.clone(),
+            fingerprint: key.fingerprint,
+            at_ms: START_MS,
+            route: key.route,
+            response: None,
+            transfer_uuid: move_uuid,
+        }),
+    };
+    let (log, _) = wal::Wal::open(config.wal_dir(), config.wal.clone()).unwrap();
+    log.append(pending.encode().unwrap())
+        .unwrap()
+        .wait()
+        .unwrap();
+    log.close().unwrap();
+    key
+}
+
 pub(super) fn open(dir: &std::path::Path, clock: &Arc<SeededClock>) -> Engine {
     let mut config = EngineConfig::new(dir);
     config.snapshot_every_records = 0;
