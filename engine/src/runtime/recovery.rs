@@ -18,8 +18,8 @@
 //!    (`runtime::atomic_batch`), and then, if nothing was quarantined, the keys of transfer
 //!    batches over several records that the crash stopped before their answer are answered
 //!    `batch_interrupted` ([`crate::Rejection::BatchInterrupted`]), and the key of a repeated
-//!    cross-shard confirm stopped after its reserve (which found the payment completed) gets the
-//!    live path's `invalid_state`.
+//!    cross-shard confirm stopped after its reserve (which found the charge finalized or
+//!    released by another confirm) gets the live path's answer.
 //!
 //! Restart cost grows with the log written since the snapshot, not with history (invariant 7).
 
@@ -81,8 +81,9 @@ pub struct RecoveryReport {
     /// Keys of transfer batches over several log records a crash stopped before their answer,
     /// now answered `batch_interrupted` (their items were settled like any other move).
     pub batch_keys_answered: usize,
-    /// Keys of repeated cross-shard payment confirms a crash interrupted after the reserve
-    /// (which found the payment completed by an earlier confirm), now answered `invalid_state`.
+    /// Keys of repeated cross-shard payment confirms a crash interrupted after the reserve (which
+    /// found the charge already finalized or released by another confirm), now answered as the
+    /// live path answers them.
     pub confirm_keys_answered: usize,
     /// A torn tail that was cut: segment, offset, reason.
     pub torn_tail: Option<String>,
@@ -691,10 +692,13 @@ pub(crate) fn open(
             }
         }
     }
-    // A second confirm of a cross-shard payment that an earlier confirm had completed logs its
-    // key pending, naming the finalized reservation, and is answered by a no-op finalize
-    // (`Engine::confirm_across`); a crash in between left the key pending for good, since the
-    // loops above settle only reservations still reserved. It gets the live path's answer.
+    // A second confirm of a cross-shard payment reserves too (the reserve is idempotent by
+    // payment and answers the reservation it finds), which logs its key pending naming that
+    // reservation. If an earlier confirm had finalized it, a no-op finalize answers the key
+    // (`Engine::confirm_across`); if another's credit was refused and it was released, the
+    // second confirm completes it as the first did (credit refused again, no-op release). A
+    // crash in between left the key pending for good, since the loops above settle only
+    // reservations still reserved. Each gets the live path's answer.
     let mut confirm_keys_answered = 0;
     for record in table.pending_records() {
         let Some(uuid) = record.transfer_uuid else {
@@ -703,30 +707,55 @@ pub(crate) fn open(
         if quarantined.iter().any(|moved| moved.uuid == uuid) {
             continue;
         }
-        let mut finalized_on = None;
+        let mut found = None;
         for shard in 0..engine.shard_count() {
-            let state = block_on(engine.peek_shard(shard, move |s| {
+            let read = block_on(engine.peek_shard(shard, move |s| {
                 s.reservation_record(uuid)
-                    .map(|found| found.map(|reservation| reservation.state))
+                    .map(|found| found.map(std::borrow::Cow::into_owned))
             }));
-            if let Ok(Ok(Some(TransferState::Finalized))) = state {
-                finalized_on = Some(shard);
-                break;
+            match read {
+                Ok(Ok(Some(reservation))) => {
+                    found = Some((shard, reservation));
+                    break;
+                }
+                Ok(Ok(None)) => {}
+                Ok(Err(error)) => {
+                    tracing::error!(move_uuid = %uuid, shard, %error, "could not read a payment reservation a pending key names");
+                }
+                Err(error) => {
+                    tracing::error!(move_uuid = %uuid, shard, %error, "could not ask a shard for a payment reservation a pending key names");
+                }
             }
         }
-        let Some(shard) = finalized_on else {
-            tracing::warn!(caller = record.caller, key = record.key, move_uuid = %uuid, "an idempotency key names a move recovery did not settle and found no finalized payment reservation for: it stays pending");
-            continue;
-        };
         let (caller, key) = (record.caller.clone(), record.key.clone());
-        let refusal = Rejection::InvalidState("payment is not pending");
-        match block_on(answer_pending(&engine, shard, record, refusal)) {
-            Ok(()) => {
-                confirm_keys_answered += 1;
-                tracing::info!(caller, key, reservation = %uuid, "answered the key of a repeated confirm a crash interrupted (the payment was completed by an earlier one)");
+        let answered = match found {
+            Some((shard, reservation))
+                if reservation.kind == crate::commerce::payment::PaymentMoveKind::Charge =>
+            {
+                match reservation.state {
+                    TransferState::Finalized => {
+                        let refusal = Rejection::InvalidState("payment is not pending");
+                        Some(block_on(answer_pending(&engine, shard, record, refusal)))
+                    }
+                    TransferState::Released => Some(
+                        block_on(engine.complete_payment_move(reservation, Some(record)))
+                            .map(|_| ()),
+                    ),
+                    TransferState::Reserved => None,
+                }
             }
-            Err(error) => {
+            _ => None,
+        };
+        match answered {
+            Some(Ok(())) => {
+                confirm_keys_answered += 1;
+                tracing::info!(caller, key, reservation = %uuid, "answered the key of a repeated payment confirm a crash interrupted after its reserve");
+            }
+            Some(Err(error)) => {
                 tracing::error!(caller, key, %error, "could not answer the key of an interrupted repeated confirm: it stays pending");
+            }
+            None => {
+                tracing::warn!(caller, key, move_uuid = %uuid, "an idempotency key names a move recovery did not settle and that is no settled payment charge: it stays pending");
             }
         }
     }

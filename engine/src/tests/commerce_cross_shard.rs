@@ -604,6 +604,84 @@ fn issue_16_interleaved_confirms_freezes_and_refunds_never_create_money() {
     }
 }
 
+/// The events each harness of `t` logged since the last call, one record per shard.
+fn take_records(t: &mut Two, entries: &mut Vec<(u32, Vec<crate::Event>)>) {
+    for (shard, log) in [(0, &mut t.a.log), (1, &mut t.b.log)] {
+        let events = std::mem::take(log);
+        if !events.is_empty() {
+            entries.push((shard, events));
+        }
+    }
+}
+
+/// A payment of 30.00 from `t`'s payer, reserved on the payer's shard: the records so far.
+fn reserved_payment(
+    t: &mut Two,
+) -> (
+    Vec<(u32, Vec<crate::Event>)>,
+    PaymentView,
+    PaymentReservation,
+) {
+    let mut entries = Vec::new();
+    take_records(t, &mut entries);
+    let payment = pay(&mut t.b, initiate(t.merchant, t.payer, "30", "USD"));
+    take_records(t, &mut entries);
+    let reservation = reserve(t, &payment);
+    take_records(t, &mut entries);
+    (entries, payment, reservation)
+}
+
+/// Opens an engine on `entries` plus a second confirm's key, logged pending on the payer's
+/// shard naming `reservation` (its reserve found that reservation; the crash came before its
+/// answer); retries the confirm. Answers the retry's answer, the payer's balance and the number
+/// of keys recovery answered on the first and on a second open.
+async fn recover_repeated_confirm(
+    entries: Vec<(u32, Vec<crate::Event>)>,
+    reservation: crate::Uuid,
+    payment: crate::Uuid,
+    payer: WalletId,
+) -> (String, Decimal, [usize; 2]) {
+    use std::sync::Arc;
+
+    use super::runtime_hardening::{append_pending_key, write_log, DebugRenderer, START_MS};
+    use crate::runtime::clock::SeededClock;
+    use crate::runtime::{Engine, EngineConfig};
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = EngineConfig::new(dir.path());
+    config.shard_count = 2;
+    config.snapshot_every_records = 0;
+    write_log(&config, entries);
+    let key = append_pending_key(&config, 0, Some(reservation));
+    let clock = Arc::new(SeededClock::new(34, START_MS));
+    let open = || Engine::open(config.clone(), clock.clone(), Arc::new(DebugRenderer)).unwrap();
+    let (engine, first) = open();
+    let retry = engine
+        .execute_idempotent(
+            Command::ConfirmPayment {
+                payment_uuid: payment,
+            },
+            key,
+        )
+        .await
+        .unwrap();
+    assert!(retry.replayed, "answered, not run");
+    let balance = engine
+        .read_wallet(payer, move |s| s.wallet(payer).unwrap().balance())
+        .await
+        .unwrap();
+    engine.check_invariants().await.unwrap();
+    assert_eq!(engine.pending_cross_shard_moves().await.unwrap(), 0);
+    engine.shutdown().unwrap();
+    let (engine, second) = open();
+    engine.shutdown().unwrap();
+    let text = String::from_utf8(retry.response).unwrap();
+    (
+        text,
+        balance,
+        [first.confirm_keys_answered, second.confirm_keys_answered],
+    )
+}
+
 /// A second confirm of a cross-shard payment that an earlier confirm had completed: its reserve
 /// logs the key pending, naming the finalized reservation, and the no-op finalize that answers
 /// it never ran (the crash). Recovery settles only reservations still reserved, so before, the
@@ -611,69 +689,48 @@ fn issue_16_interleaved_confirms_freezes_and_refunds_never_create_money() {
 /// path's answer, `invalid_state` "payment is not pending", and the payment is untouched.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_repeated_confirm_interrupted_after_its_reserve_is_answered_by_recovery() {
-    use std::sync::Arc;
-
-    use super::runtime_hardening::{append_pending_key, write_log, DebugRenderer, START_MS};
-    use crate::runtime::clock::SeededClock;
-    use crate::runtime::{Engine, EngineConfig};
     let mut t = two();
-    let mut entries = Vec::new();
-    let take = |t: &mut Two, entries: &mut Vec<(u32, Vec<crate::Event>)>| {
-        for (shard, log) in [(0, &mut t.a.log), (1, &mut t.b.log)] {
-            let events = std::mem::take(log);
-            if !events.is_empty() {
-                entries.push((shard, events));
-            }
-        }
-    };
-    take(&mut t, &mut entries);
-    let payment = pay(&mut t.b, initiate(t.merchant, t.payer, "30", "USD"));
-    take(&mut t, &mut entries);
-    let reservation = reserve(&mut t, &payment);
-    take(&mut t, &mut entries);
+    let (mut entries, payment, reservation) = reserved_payment(&mut t);
     assert_eq!(credit(&mut t.b, &reservation), Ok(false));
-    take(&mut t, &mut entries);
+    take_records(&mut t, &mut entries);
     settle(
         &mut t.a,
         Command::PaymentReserveFinalize {
             reservation_uuid: reservation.uuid,
         },
     );
-    take(&mut t, &mut entries);
-
-    let dir = tempfile::tempdir().unwrap();
-    let mut config = EngineConfig::new(dir.path());
-    config.shard_count = 2;
-    config.snapshot_every_records = 0;
-    write_log(&config, entries);
-    // The second confirm's reserve, on the payer's shard: it found the reservation finalized.
-    let key = append_pending_key(&config, 0, Some(reservation.uuid));
-    let clock = Arc::new(SeededClock::new(34, START_MS));
-    let open = || Engine::open(config.clone(), clock.clone(), Arc::new(DebugRenderer)).unwrap();
-    let (engine, report) = open();
-    assert_eq!(report.confirm_keys_answered, 1);
-    assert_eq!(report.payment_moves_completed, 0);
-    let retry = engine
-        .execute_idempotent(
-            Command::ConfirmPayment {
-                payment_uuid: payment.uuid,
-            },
-            key.clone(),
-        )
-        .await
-        .unwrap();
-    assert!(retry.replayed, "answered, not run");
-    let text = String::from_utf8(retry.response).unwrap();
+    take_records(&mut t, &mut entries);
+    let (text, balance, answered) =
+        recover_repeated_confirm(entries, reservation.uuid, payment.uuid, t.payer).await;
     assert!(text.contains("payment is not pending"), "{text}");
-    let payer = t.payer;
-    let balance = engine
-        .read_wallet(payer, move |s| s.wallet(payer).unwrap().balance())
-        .await
-        .unwrap();
     assert_eq!(balance, dec("70.00"), "charged once");
-    engine.check_invariants().await.unwrap();
-    engine.shutdown().unwrap();
-    let (engine, report) = open();
-    assert_eq!(report.confirm_keys_answered, 0, "the answer was logged");
-    engine.shutdown().unwrap();
+    assert_eq!(answered, [1, 0], "answered once, and the answer was logged");
+}
+
+/// The same race ending in a release: the second confirm reserved while the first one's
+/// reservation was still reserved, then the first one's credit was refused (the merchant
+/// frozen) and the reservation released. Live, the second confirm completes that reservation
+/// too (its credit refused again, a no-op release, the refusal as its answer); recovery now
+/// does the same for its pending key, and nothing is charged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_repeated_confirm_of_a_released_charge_is_answered_by_recovery() {
+    let mut t = two();
+    let (mut entries, payment, reservation) = reserved_payment(&mut t);
+    t.b.ok(Command::FreezeWallet {
+        wallet_id: t.merchant,
+    });
+    assert_eq!(credit(&mut t.b, &reservation), Err(Rejection::WalletFrozen));
+    take_records(&mut t, &mut entries);
+    settle(
+        &mut t.a,
+        Command::PaymentReserveRelease {
+            reservation_uuid: reservation.uuid,
+        },
+    );
+    take_records(&mut t, &mut entries);
+    let (text, balance, answered) =
+        recover_repeated_confirm(entries, reservation.uuid, payment.uuid, t.payer).await;
+    assert!(text.contains("refused before"), "{text}");
+    assert_eq!(balance, dec("100.00"), "nothing charged");
+    assert_eq!(answered, [1, 0]);
 }
