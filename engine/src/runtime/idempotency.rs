@@ -201,18 +201,29 @@ impl IdempotencyTable {
         );
     }
 
-    /// The pending key of the cross-shard transfer `transfer_uuid`, if a request is waiting on it.
+    /// The pending key of the cross-shard move `transfer_uuid`, if a request is waiting on it.
+    /// Two confirms of one payment can both wait on its reservation: the one logged first
+    /// (lowest LSN, then caller and key, as a snapshot's keys carry no LSN) is the one whose
+    /// step finishes it, so recovery answers the same key whatever order the table holds them in.
     #[must_use]
     pub fn pending_for_transfer(
         &self,
         transfer_uuid: crate::values::ids::Uuid,
     ) -> Option<IdempotencyRecord> {
-        self.slots.iter().find_map(|item| match item.value() {
-            Slot::Pending { record, .. } if record.transfer_uuid == Some(transfer_uuid) => {
-                Some(record.clone())
-            }
-            _ => None,
-        })
+        self.slots
+            .iter()
+            .filter_map(|item| match item.value() {
+                Slot::Pending { record, lsn, .. }
+                    if record.transfer_uuid == Some(transfer_uuid) =>
+                {
+                    Some((*lsn, record.clone()))
+                }
+                _ => None,
+            })
+            .min_by(|(a_lsn, a), (b_lsn, b)| {
+                (a_lsn, &a.caller, &a.key).cmp(&(b_lsn, &b.caller, &b.key))
+            })
+            .map(|(_, record)| record)
     }
 
     /// Number of keys held.
@@ -225,5 +236,41 @@ impl IdempotencyTable {
     #[must_use]
     pub fn is_empty(&self) -> bool {
         self.slots.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pending(key: &str, uuid: crate::values::ids::Uuid) -> IdempotencyRecord {
+        IdempotencyRecord {
+            caller: "customer:1".into(),
+            key: key.into(),
+            fingerprint: [1; 32],
+            at_ms: 1,
+            route: 2,
+            response: None,
+            transfer_uuid: Some(uuid),
+        }
+    }
+
+    /// Two keys waiting on one move: the one logged first is the one its completion answers,
+    /// whichever the table yields first; keys without an LSN (a snapshot's) by caller and key.
+    #[test]
+    fn the_key_logged_first_is_the_one_a_move_answers() {
+        let uuid = crate::values::ids::Uuid([4; 16]);
+        for (first, second) in [("a", "z"), ("z", "a")] {
+            let table = IdempotencyTable::default();
+            table.record(&pending(second, uuid), 20);
+            table.record(&pending(first, uuid), 10);
+            assert_eq!(table.pending_for_transfer(uuid).unwrap().key, first);
+        }
+        let table = IdempotencyTable::default();
+        table.record(&pending("z", uuid), 0);
+        table.record(&pending("m", uuid), 0);
+        assert_eq!(table.pending_for_transfer(uuid).unwrap().key, "m");
+        let other = crate::values::ids::Uuid([5; 16]);
+        assert!(table.pending_for_transfer(other).is_none());
     }
 }
