@@ -36,6 +36,7 @@ use super::history::{self, indexer::Filer, History};
 use super::idempotency::IdempotencyTable;
 use super::image;
 use super::journal::JournalEntry;
+use crate::commerce::payment::{PaymentMoveKind, PaymentReservation};
 use crate::identity::directory::Directory;
 use crate::ledger::transfer::TransferState;
 use crate::shard::cold::Recall;
@@ -655,110 +656,8 @@ pub(crate) fn open(
             }
         }
     }
-    // A keyed transfer batch over several records that the crash stopped before its answer was
-    // logged (its items were settled above, as single cross-shard transfers or as the atomic
-    // batch, or never ran) gets a final answer, so a retry is told instead of waiting on 409 for
-    // good. Its pending key is the only kind with no move: a move's key names its transfer or
-    // reservation. Not while anything is quarantined: the key does not say which batch it is,
-    // so it might be a quarantined one's, whose items are still in flight; those keys stay
-    // pending (409 `request_in_progress`, true then) until a start that quarantines nothing.
-    let mut batch_keys_answered = 0;
-    let interrupted: Vec<_> = table
-        .pending_records()
-        .into_iter()
-        .filter(|record| record.transfer_uuid.is_none())
-        .collect();
-    if !quarantined.is_empty() && !interrupted.is_empty() {
-        tracing::warn!(
-            keys = interrupted.len(),
-            "keys of interrupted transfer batches stay pending while moves are quarantined"
-        );
-    }
-    let interrupted = interrupted.into_iter().filter(|_| quarantined.is_empty());
-    for record in interrupted {
-        let (caller, key) = (record.caller.clone(), record.key.clone());
-        match block_on(answer_pending(
-            &engine,
-            0,
-            record,
-            Rejection::BatchInterrupted,
-        )) {
-            Ok(()) => {
-                batch_keys_answered += 1;
-                tracing::warn!(caller, key, "answered batch_interrupted under the key of a transfer batch a crash stopped before its answer (its items are settled)");
-            }
-            Err(error) => {
-                tracing::error!(caller, key, %error, "could not answer the key of an interrupted transfer batch: it stays pending");
-            }
-        }
-    }
-    // A second confirm of a cross-shard payment reserves too (the reserve is idempotent by
-    // payment and answers the reservation it finds), which logs its key pending naming that
-    // reservation. If an earlier confirm had finalized it, a no-op finalize answers the key
-    // (`Engine::confirm_across`); if another's credit was refused and it was released, the
-    // second confirm completes it as the first did (credit refused again, no-op release). A
-    // crash in between left the key pending for good, since the loops above settle only
-    // reservations still reserved. Each gets the live path's answer.
-    let mut confirm_keys_answered = 0;
-    for record in table.pending_records() {
-        let Some(uuid) = record.transfer_uuid else {
-            continue;
-        };
-        if quarantined.iter().any(|moved| moved.uuid == uuid) {
-            continue;
-        }
-        let mut found = None;
-        for shard in 0..engine.shard_count() {
-            let read = block_on(engine.peek_shard(shard, move |s| {
-                s.reservation_record(uuid)
-                    .map(|found| found.map(std::borrow::Cow::into_owned))
-            }));
-            match read {
-                Ok(Ok(Some(reservation))) => {
-                    found = Some((shard, reservation));
-                    break;
-                }
-                Ok(Ok(None)) => {}
-                Ok(Err(error)) => {
-                    tracing::error!(move_uuid = %uuid, shard, %error, "could not read a payment reservation a pending key names");
-                }
-                Err(error) => {
-                    tracing::error!(move_uuid = %uuid, shard, %error, "could not ask a shard for a payment reservation a pending key names");
-                }
-            }
-        }
-        let (caller, key) = (record.caller.clone(), record.key.clone());
-        let answered = match found {
-            Some((shard, reservation))
-                if reservation.kind == crate::commerce::payment::PaymentMoveKind::Charge =>
-            {
-                match reservation.state {
-                    TransferState::Finalized => {
-                        let refusal = Rejection::InvalidState("payment is not pending");
-                        Some(block_on(answer_pending(&engine, shard, record, refusal)))
-                    }
-                    TransferState::Released => Some(
-                        block_on(engine.complete_payment_move(reservation, Some(record)))
-                            .map(|_| ()),
-                    ),
-                    TransferState::Reserved => None,
-                }
-            }
-            _ => None,
-        };
-        match answered {
-            Some(Ok(())) => {
-                confirm_keys_answered += 1;
-                tracing::info!(caller, key, reservation = %uuid, "answered the key of a repeated payment confirm a crash interrupted after its reserve");
-            }
-            Some(Err(error)) => {
-                tracing::error!(caller, key, %error, "could not answer the key of an interrupted repeated confirm: it stays pending");
-            }
-            None => {
-                tracing::warn!(caller, key, move_uuid = %uuid, "an idempotency key names a move recovery did not settle and that is no settled payment charge: it stays pending");
-            }
-        }
-    }
+    let (batch_keys_answered, confirm_keys_answered) =
+        answer_keys_left_pending(&engine, &table, &quarantined);
     let transfers_quarantined = quarantined.iter().filter(|m| m.kind == "transfer").count();
     let payments_quarantined = quarantined
         .iter()
@@ -1101,6 +1000,104 @@ pub(crate) fn block_on<F: std::future::Future>(future: F) -> F::Output {
         }
         std::thread::park();
     }
+}
+
+/// The keys still pending once recovery has settled every move and batch it could, answered as
+/// the live run would have answered them; answers (batch keys, confirm keys) answered.
+///
+/// - **No move named:** a keyed transfer batch over several records that the crash stopped
+///   before its answer (its items were settled above, as single cross-shard transfers or as the
+///   atomic batch, or never ran) is answered `batch_interrupted`, so a retry is told instead of
+///   waiting on 409 for good. Not while anything is quarantined: the key does not say which
+///   batch it is, so it might be a quarantined one's, whose items are still in flight; those
+///   keys stay pending (409 `request_in_progress`, true then) until a start that quarantines
+///   nothing.
+/// - **A settled charge named:** a second confirm of a cross-shard payment reserves too (the
+///   reserve is idempotent by payment and answers the reservation it finds), which logs its key
+///   pending naming that reservation. If an earlier confirm had finalized it, a no-op finalize
+///   answers the key (`Engine::confirm_across`): `invalid_state`. If another's credit was
+///   refused and it was released, the second confirm completes it as the first did (credit
+///   refused again, no-op release). A crash in between left the key pending for good, since
+///   recovery settles only reservations still reserved.
+/// - Anything else (a quarantined move's key, a move not found) stays pending, with a warning.
+fn answer_keys_left_pending(
+    engine: &Engine,
+    table: &IdempotencyTable,
+    quarantined: &[QuarantinedMove],
+) -> (usize, usize) {
+    let (mut batch_keys, mut confirm_keys) = (0, 0);
+    for record in table.pending_records() {
+        let (caller, key) = (record.caller.clone(), record.key.clone());
+        let answered = match record.transfer_uuid {
+            None if !quarantined.is_empty() => {
+                tracing::warn!(caller, key, "the key of an interrupted transfer batch stays pending while moves are quarantined");
+                continue;
+            }
+            None => block_on(answer_pending(
+                engine,
+                0,
+                record,
+                Rejection::BatchInterrupted,
+            ))
+            .map(|()| &mut batch_keys),
+            Some(uuid) if quarantined.iter().any(|moved| moved.uuid == uuid) => continue,
+            Some(uuid) => match settled_charge(engine, uuid) {
+                Some((shard, reservation)) if reservation.state == TransferState::Finalized => {
+                    let refusal = Rejection::InvalidState("payment is not pending");
+                    block_on(answer_pending(engine, shard, record, refusal))
+                        .map(|()| &mut confirm_keys)
+                }
+                Some((_, reservation)) => {
+                    block_on(engine.complete_payment_move(reservation, Some(record)))
+                        .map(|_| &mut confirm_keys)
+                }
+                None => {
+                    tracing::warn!(caller, key, move_uuid = %uuid, "an idempotency key names a move recovery did not settle and that is no settled payment charge: it stays pending");
+                    continue;
+                }
+            },
+        };
+        match answered {
+            Ok(count) => {
+                *count += 1;
+                tracing::warn!(
+                    caller,
+                    key,
+                    "answered the key of a request a crash interrupted, as the run would have"
+                );
+            }
+            Err(error) => {
+                tracing::error!(caller, key, %error, "could not answer the key of an interrupted request: it stays pending");
+            }
+        }
+    }
+    (batch_keys, confirm_keys)
+}
+
+/// The payment charge reservation `uuid`, finalized or released, and its shard (asked of every
+/// shard: memory or the store); `None` for anything else.
+fn settled_charge(engine: &Engine, uuid: crate::Uuid) -> Option<(u32, PaymentReservation)> {
+    for shard in 0..engine.shard_count() {
+        let read = block_on(engine.peek_shard(shard, move |s| {
+            s.reservation_record(uuid)
+                .map(|found| found.map(std::borrow::Cow::into_owned))
+        }));
+        match read {
+            Ok(Ok(Some(reservation))) => {
+                let settled = reservation.kind == PaymentMoveKind::Charge
+                    && reservation.state != TransferState::Reserved;
+                return settled.then_some((shard, reservation));
+            }
+            Ok(Ok(None)) => {}
+            Ok(Err(error)) => {
+                tracing::error!(move_uuid = %uuid, shard, %error, "could not read a payment reservation a pending key names");
+            }
+            Err(error) => {
+                tracing::error!(move_uuid = %uuid, shard, %error, "could not ask a shard for a payment reservation a pending key names");
+            }
+        }
+    }
+    None
 }
 
 /// Logs `rejection` as the final answer under a pending key, on `shard` (any shard may log an
