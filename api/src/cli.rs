@@ -170,6 +170,10 @@ pub struct ServeArgs {
     /// `h` or `d` (e.g. `24h`, `90m`). A retry after it runs as a new request.
     #[arg(long, env = "WALLETD_IDEMPOTENCY_RETENTION", default_value = "24h", value_parser = parse_retention)]
     pub idempotency_retention: std::time::Duration,
+    /// At most this many commands a shard decided back to back share one WAL record, appended
+    /// once the shard's queue is drained; 1 logs every command alone.
+    #[arg(long, env = "WALLETD_COALESCE_MAX", default_value_t = engine::runtime::config::COALESCE_MAX_DEFAULT, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1024))]
+    pub coalesce_max: usize,
     /// Connections one client address may hold open at once; beyond it new ones are answered
     /// 429 and closed (the global cap is 4096).
     #[arg(long, env = "WALLETD_CONNECTIONS_PER_ADDRESS", default_value_t = crate::app::CONNECTIONS_PER_ADDRESS_MAX)]
@@ -481,6 +485,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .map_err(|reason| anyhow::anyhow!("WALLETD_FEE_SCHEDULE: {reason}"))?;
     let mut config = engine_config(&args.data, args.fsync, args.snapshot_every)?;
     config.idempotency_retention = args.idempotency_retention;
+    config.coalesce_max = args.coalesce_max;
     set_segment_bytes(&mut config, args.wal_segment_bytes);
     if let Some(archive) = &args.wal_archive {
         config.wal.archive_dir = Some(private_archive_dir(archive)?);
@@ -937,7 +942,8 @@ fn inspect(args: &InspectArgs) -> anyhow::Result<()> {
                         "shard": entry.shard,
                         "events": entry.events,
                         "directory": entry.directory,
-                        "idempotency": entry.idempotency.as_ref().map(|k| serde_json::json!({"caller": k.caller, "key": k.key})),
+                        // One per keyed command of the record (a coalesced record holds several).
+                        "idempotency": entry.idempotency.iter().map(|k| serde_json::json!({"caller": k.caller, "key": k.key})).collect::<Vec<_>>(),
                     });
                     redact_secrets(&mut value);
                     value

@@ -169,7 +169,7 @@ fn engine_parts(c: &mut Criterion) {
         shard: 0,
         events,
         directory: Vec::new(),
-        idempotency: None,
+        idempotency: Vec::new(),
     };
     let bytes = entry.encode().expect("encode");
     eprintln!(
@@ -203,7 +203,7 @@ fn engine_parts(c: &mut Criterion) {
                 shard: 0,
                 events,
                 directory: Vec::new(),
-                idempotency: None,
+                idempotency: Vec::new(),
             }
             .encode()
             .expect("encode"),

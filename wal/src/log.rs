@@ -326,8 +326,10 @@ impl Shared {
 /// A record handed to the log: resolves once it is durable.
 ///
 /// Await it from async code, or call [`Append::wait`] from a thread. Dropping it does not cancel
-/// the record: it is already in the log's order and will be written.
+/// the record: it is already in the log's order and will be written. A clone waits for the same
+/// record (several callers whose answers one record carries each await their own).
 #[must_use = "an append is durable only once its ticket resolves"]
+#[derive(Clone)]
 pub struct Append {
     lsn: u64,
     shared: Arc<Shared>,

@@ -3,10 +3,11 @@
 //!
 //! Usage: `cargo run --release -p walletd-benches --bin engine_throughput [SECONDS] [WALLETS]
 //! [CALLERS] [ONLY]` (defaults 3 s per timed run, 100000 wallets, 256 callers; `ONLY` such as
-//! `s2-always` runs just that point, e.g. under `perf record`).
+//! `s2-always`, or a comma-separated list, runs just those points, e.g. under `perf record`).
 //!
 //! Each point opens a fresh engine (shards 1 or 2, fsync always or never, no automatic
-//! snapshot), creates WALLETS customer wallets, deposits into each once (timed: "deposit, every
+//! snapshot; `s1-always-alone` is `s1-always` with every command in a record of its own,
+//! `--coalesce-max 1`, the baseline of coalesced records), creates WALLETS customer wallets, deposits into each once (timed: "deposit, every
 //! wallet"), then runs CALLERS closed-loop callers (async tasks on a 2-worker tokio runtime, each
 //! awaiting `Engine::execute` before its next command) for SECONDS doing deposits into random
 //! wallets, then transfers between random wallets (with 2 shards about half of those are
@@ -25,6 +26,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use engine::runtime::batch::BatchItem;
+use engine::runtime::config::COALESCE_MAX_DEFAULT;
 use engine::runtime::{Engine, EngineError};
 use engine::shard::command::BatchItemResult;
 use engine::WalletId;
@@ -88,10 +90,22 @@ fn main() {
     eprintln!("raw 4 KiB pwrite+fdatasync: {raw_before:.0}/s");
 
     let mut rows = Vec::new();
-    for shards in [1u32, 2] {
-        for fsync in [wal::FsyncPolicy::Always, wal::FsyncPolicy::Never] {
-            let point = format!("s{shards}-{}", fsync_name(fsync));
-            if only.as_deref().is_some_and(|o| o != point) {
+    // `s1-always-alone`: the same point with every command logged alone (`coalesce_max` 1),
+    // the baseline of coalesced records (`runtime::actor`, "Coalesced records").
+    let points = [
+        (1u32, wal::FsyncPolicy::Always, COALESCE_MAX_DEFAULT, ""),
+        (1, wal::FsyncPolicy::Always, 1, "-alone"),
+        (1, wal::FsyncPolicy::Never, COALESCE_MAX_DEFAULT, ""),
+        (2, wal::FsyncPolicy::Always, COALESCE_MAX_DEFAULT, ""),
+        (2, wal::FsyncPolicy::Never, COALESCE_MAX_DEFAULT, ""),
+    ];
+    for (shards, fsync, coalesce_max, suffix) in points {
+        {
+            let point = format!("s{shards}-{}{suffix}", fsync_name(fsync));
+            if only
+                .as_deref()
+                .is_some_and(|only| !only.split(',').any(|one| one == point))
+            {
                 continue;
             }
             // This point's own baselines: the disk and the bare log, just before it.
@@ -101,7 +115,13 @@ fn main() {
                 "  {point}: raw {raw_syncs_per_second:.0} syncs/s, bare WAL \
                  {bare_wal_per_second:.0} records/s"
             );
-            let mut measured = measure(shards, fsync, wallets, callers, run_time, &point);
+            let mut measured = measure(
+                (shards, fsync, coalesce_max),
+                wallets,
+                callers,
+                run_time,
+                &point,
+            );
             for row in &mut measured {
                 row.raw_syncs_per_second = raw_syncs_per_second;
                 row.bare_wal_per_second = bare_wal_per_second;
@@ -178,15 +198,16 @@ fn fsync_name(fsync: wal::FsyncPolicy) -> &'static str {
 }
 
 fn measure(
-    shards: u32,
-    fsync: wal::FsyncPolicy,
+    (shards, fsync, coalesce_max): (u32, wal::FsyncPolicy, usize),
     wallets: u64,
     callers: usize,
     run_time: Duration,
     point: &str,
 ) -> Vec<Row> {
     let dir = scratch_dir("engine-throughput").expect("scratch dir");
-    let (engine, _) = open_engine(engine_config(dir.path(), shards, fsync));
+    let mut config = engine_config(dir.path(), shards, fsync);
+    config.coalesce_max = coalesce_max;
+    let (engine, _) = open_engine(config);
     let runtime = caller_runtime();
     let mut rows = Vec::new();
     let mut row = |workload: &str, items_per_op: u64, engine: &Engine, run: &dyn Fn() -> Run| {

@@ -17,6 +17,23 @@
 //! If the WAL refuses an append after the state was changed in memory (it was poisoned), the
 //! shard's memory is ahead of its log; the shard then refuses everything until the process
 //! restarts and recovery rebuilds it from the log.
+//!
+//! # Coalesced records
+//!
+//! Commands that find other commands queued behind them share a record (issue 15: "a shard that
+//! finds several commands queued takes them as one batch and logs them in one record"). An
+//! [`Execute`] that changes something is decided and applied at once, as always, but its events
+//! and its idempotency entry join the shard's *gathered* record instead of being appended alone;
+//! the first command of a gathered record asks the actor to flush it
+//! (`AsyncContext::notify`), and actix handles such notifications only after the mailbox is
+//! drained, so the flush comes once every command already queued has been decided, and appends
+//! them all as one [`JournalEntry`]. The commands' answers carry a [`Ticket::Gathering`], which
+//! resolves to that record's WAL ticket: nothing is answered before the record is durable, and
+//! the record holds the commands' events in the order they were decided, so replaying it is
+//! replaying them one by one. The gathered record is flushed before anything else is appended
+//! (batches, directory commands, answers, expired holds) and before a history read takes its
+//! bound, so the log's order stays the order of decision; a record is flushed at once when it
+//! holds `coalesce_max` commands. `coalesce_max` 1 logs every command alone, as before.
 
 use std::collections::{HashMap, VecDeque};
 use std::future::Future;
@@ -96,17 +113,90 @@ impl Message for Execute {
 #[must_use = "an answer is valid only once its records are durable: call wait"]
 pub struct Durable<T> {
     value: T,
-    ticket: wal::Append,
+    ticket: Ticket,
 }
 
 impl<T> Durable<T> {
     /// The value once every record it depends on is durable; `Unavailable` if the log failed.
     pub async fn wait(self) -> Result<T, EngineError> {
-        self.ticket
+        let ticket = match self.ticket {
+            Ticket::Logged(ticket) => ticket,
+            Ticket::Gathering(gathering) => gathering.logged().await?,
+        };
+        ticket
             .await
             .map_err(|e| EngineError::Unavailable(e.to_string()))?;
         Ok(self.value)
     }
+}
+
+/// What an answer waits for: a record already handed to the log, or the shard's gathered record,
+/// not yet appended (see "Coalesced records" above).
+enum Ticket {
+    Logged(wal::Append),
+    Gathering(Arc<Gathering>),
+}
+
+/// The WAL ticket of a gathered record, once the shard has appended it.
+struct Gathering {
+    /// Set once, when the record is appended (or could not be).
+    logged: std::sync::OnceLock<Result<wal::Append, EngineError>>,
+    appended: tokio::sync::Notify,
+}
+
+impl Gathering {
+    fn new() -> Arc<Self> {
+        Arc::new(Gathering {
+            logged: std::sync::OnceLock::new(),
+            appended: tokio::sync::Notify::new(),
+        })
+    }
+
+    /// Publishes the outcome of the append and wakes every waiter.
+    fn resolve(&self, outcome: Result<wal::Append, EngineError>) {
+        let _ = self.logged.set(outcome);
+        self.appended.notify_waiters();
+    }
+
+    async fn logged(&self) -> Result<wal::Append, EngineError> {
+        loop {
+            let mut appended = std::pin::pin!(self.appended.notified());
+            // Registered before the check, so a resolve between the two still wakes it.
+            appended.as_mut().enable();
+            if let Some(outcome) = self.logged.get() {
+                return outcome.clone();
+            }
+            appended.await;
+        }
+    }
+}
+
+/// Commands decided and applied whose events and keys wait to be appended as one record.
+struct Gathered {
+    events: Vec<Event>,
+    keys: Vec<IdempotencyRecord>,
+    /// Where each command's events and keys end, so an oversized record can be split.
+    ends: Vec<(usize, usize)>,
+    ticket: Arc<Gathering>,
+}
+
+impl Drop for Gathered {
+    /// A gathered record dropped unappended (the actor stopped) answers its commands
+    /// `Unavailable`: none of them was logged, so none may be acknowledged.
+    fn drop(&mut self) {
+        if self.ticket.logged.get().is_none() {
+            self.ticket.resolve(Err(EngineError::Unavailable(
+                "the shard stopped before logging the command".into(),
+            )));
+        }
+    }
+}
+
+/// Append the shard's gathered record (see "Coalesced records").
+struct FlushGathered;
+
+impl Message for FlushGathered {
+    type Result = ();
 }
 
 /// Read the shard's state; answered once everything the shard had appended is durable.
@@ -211,6 +301,22 @@ pub struct ShardActor {
     /// The log's last LSN when this actor started: what recovery replayed, which the indexer
     /// may still be filing. Every history read waits for it.
     started_lsn: u64,
+    /// Commands decided but not yet appended (see "Coalesced records").
+    gathered: Option<Gathered>,
+    /// At most this many commands share a record (1: every command is logged alone).
+    coalesce_max: usize,
+    /// The log's largest record: a gathered record that would pass it is appended command by
+    /// command instead.
+    record_bytes_max: usize,
+}
+
+/// How a shard gathers commands into records (see "Coalesced records").
+#[derive(Clone, Copy, Debug)]
+pub struct Coalesce {
+    /// At most this many commands share a record (1: each is logged alone).
+    pub commands_max: usize,
+    /// The log's largest record, in bytes.
+    pub record_bytes_max: usize,
 }
 
 /// How often a shard drops what the indexer has filed. Memory holds about this long of records
@@ -229,6 +335,7 @@ impl ShardActor {
         hold_tick: Duration,
         failure: Arc<std::sync::OnceLock<String>>,
         history: Option<History>,
+        coalesce: Coalesce,
     ) -> Self {
         let last_lsn = wal.last_lsn();
         ShardActor {
@@ -247,6 +354,9 @@ impl ShardActor {
             history_lsns: HashMap::new(),
             history_queue: VecDeque::new(),
             started_lsn: last_lsn,
+            gathered: None,
+            coalesce_max: coalesce.commands_max.max(1),
+            record_bytes_max: coalesce.record_bytes_max,
         }
     }
 
@@ -317,12 +427,14 @@ impl ShardActor {
         EngineError::Unavailable(reason)
     }
 
-    /// `value`, to be shown once every record this shard appended so far is durable.
+    /// `value`, to be shown once every record this shard appended so far, and its gathered
+    /// record, is durable.
     fn after_durable<T>(&self, value: T) -> Durable<T> {
-        Durable {
-            value,
-            ticket: self.wal.wait_for(self.last_lsn),
-        }
+        let ticket = match &self.gathered {
+            Some(gathered) => Ticket::Gathering(Arc::clone(&gathered.ticket)),
+            None => Ticket::Logged(self.wal.wait_for(self.last_lsn)),
+        };
+        Durable { value, ticket }
     }
 
     /// An answer that reads a record which could not be read is not kept under a key. When the
@@ -345,8 +457,27 @@ impl ShardActor {
         }
     }
 
-    /// Decide, apply, log. Returns the result and, when something was logged, the WAL ticket.
+    /// Decide, apply, log alone (after the gathered record). Returns the result and, when
+    /// something was logged, the WAL ticket.
     fn run(&mut self, message: Execute) -> Result<(Executed, Option<wal::Append>), EngineError> {
+        self.flush_gathered()?;
+        let (executed, logged) = self.decide(message)?;
+        match logged {
+            Some((events, key)) => {
+                let ticket = self.log(events, key.into_iter().collect())?;
+                Ok((executed, Some(ticket)))
+            }
+            None => Ok((executed, None)),
+        }
+    }
+
+    /// Decide and apply a command; returns its result and what it must log (its events and its
+    /// idempotency entry), `None` when it changed nothing and carries no key.
+    #[allow(clippy::type_complexity)]
+    fn decide(
+        &mut self,
+        message: Execute,
+    ) -> Result<(Executed, Option<(Vec<Event>, Option<IdempotencyRecord>)>), EngineError> {
         if let Some(reason) = &self.failed {
             return Err(EngineError::Unavailable(reason.clone()));
         }
@@ -411,21 +542,126 @@ impl ShardActor {
         if events.is_empty() && idempotency.is_none() {
             return Ok((Executed { result, response }, None));
         }
-        let entry = JournalEntry {
+        Ok((Executed { result, response }, Some((events, idempotency))))
+    }
+
+    /// Appends one record of the shard's commands' events and keys, and remembers what the
+    /// indexer and the idempotency table need of it.
+    fn log(
+        &mut self,
+        events: Vec<Event>,
+        keys: Vec<IdempotencyRecord>,
+    ) -> Result<wal::Append, EngineError> {
+        let entry = self.entry(events, keys);
+        let bytes = self.encode(&entry)?;
+        self.log_encoded(entry, bytes)
+    }
+
+    fn entry(&self, events: Vec<Event>, keys: Vec<IdempotencyRecord>) -> JournalEntry {
+        JournalEntry {
             shard: self.shard.shard_index(),
             events,
             directory: Vec::new(),
-            idempotency: idempotency.clone(),
-        };
-        let ticket = self.append(&entry)?;
+            idempotency: keys,
+        }
+    }
+
+    /// [`Self::log`] of an entry already encoded.
+    fn log_encoded(
+        &mut self,
+        entry: JournalEntry,
+        bytes: Vec<u8>,
+    ) -> Result<wal::Append, EngineError> {
+        let ticket = self.append_encoded(&entry, bytes)?;
         if self.history.is_some() {
             self.unfiled
                 .push_back((self.shard.command_stamp(), ticket.lsn()));
         }
-        if let Some(record) = idempotency {
+        for record in entry.idempotency {
             self.keep_key(record, ticket.lsn());
         }
-        Ok((Executed { result, response }, Some(ticket)))
+        Ok(ticket)
+    }
+
+    /// Adds a decided command's events and key to the gathered record; its answer waits for
+    /// that record. Flushes at once when the record is full; otherwise the first command of a
+    /// record asks for the flush that follows the drained mailbox.
+    fn gather(
+        &mut self,
+        events: Vec<Event>,
+        key: Option<IdempotencyRecord>,
+        ctx: &mut ActorContext<Self>,
+    ) -> Result<Arc<Gathering>, EngineError> {
+        let gathered = match &mut self.gathered {
+            Some(gathered) => gathered,
+            slot @ None => {
+                ctx.notify(FlushGathered);
+                slot.insert(Gathered {
+                    events: Vec::new(),
+                    keys: Vec::new(),
+                    ends: Vec::new(),
+                    ticket: Gathering::new(),
+                })
+            }
+        };
+        gathered.events.extend(events);
+        gathered.keys.extend(key);
+        gathered
+            .ends
+            .push((gathered.events.len(), gathered.keys.len()));
+        let ticket = Arc::clone(&gathered.ticket);
+        if gathered.ends.len() >= self.coalesce_max {
+            self.flush_gathered()?;
+        }
+        Ok(ticket)
+    }
+
+    /// Appends the gathered record, if any, and hands its ticket to the commands waiting on it.
+    /// A record the log could not take whole (larger than its largest record) is appended
+    /// command by command; the last record's ticket then stands for all of them, since the log
+    /// makes records durable in order.
+    fn flush_gathered(&mut self) -> Result<(), EngineError> {
+        let Some(mut gathered) = self.gathered.take() else {
+            return Ok(());
+        };
+        let entry = self.entry(
+            std::mem::take(&mut gathered.events),
+            std::mem::take(&mut gathered.keys),
+        );
+        let outcome = match self.encode(&entry) {
+            Ok(bytes) if bytes.len() > self.record_bytes_max && gathered.ends.len() > 1 => {
+                self.log_one_by_one(entry, &gathered.ends)
+            }
+            Ok(bytes) => self.log_encoded(entry, bytes),
+            Err(error) => Err(error),
+        };
+        gathered.ticket.resolve(outcome.clone());
+        outcome.map(drop)
+    }
+
+    /// Appends each command of a gathered record as its own record, in order.
+    fn log_one_by_one(
+        &mut self,
+        entry: JournalEntry,
+        ends: &[(usize, usize)],
+    ) -> Result<wal::Append, EngineError> {
+        let mut events = entry.events.into_iter();
+        let mut keys = entry.idempotency.into_iter();
+        let mut start = (0, 0);
+        let mut last = None;
+        for &(events_end, keys_end) in ends {
+            let command_events = events
+                .by_ref()
+                .take(events_end.saturating_sub(start.0))
+                .collect();
+            let command_keys = keys
+                .by_ref()
+                .take(keys_end.saturating_sub(start.1))
+                .collect();
+            start = (events_end, keys_end);
+            last = Some(self.log(command_events, command_keys)?);
+        }
+        last.ok_or_else(|| self.fail("a gathered record held no command".into()))
     }
 
     /// Stores a key logged at `lsn` in the table, tagged with that LSN: shown to retries only
@@ -444,15 +680,28 @@ impl ShardActor {
         }
     }
 
-    /// Encodes and appends one command's record. Memory already holds the command's effects, so
-    /// a record that cannot be encoded or appended stops the shard: nothing is answered, and a
-    /// restart rebuilds the shard from the log, which never held the command.
+    /// Encodes and appends one record. Memory already holds its commands' effects, so a record
+    /// that cannot be encoded or appended stops the shard: nothing is answered, and a restart
+    /// rebuilds the shard from the log, which never held the commands.
     fn append(&mut self, entry: &JournalEntry) -> Result<wal::Append, EngineError> {
-        let bytes = entry.encode().map_err(|error| {
+        let bytes = self.encode(entry)?;
+        self.append_encoded(entry, bytes)
+    }
+
+    fn encode(&mut self, entry: &JournalEntry) -> Result<Vec<u8>, EngineError> {
+        entry.encode().map_err(|error| {
             self.fail(format!(
                 "a command's record could not be encoded, so it was not logged: {error}"
             ))
-        })?;
+        })
+    }
+
+    /// [`Self::append`] of `entry` encoded as `bytes`.
+    fn append_encoded(
+        &mut self,
+        entry: &JournalEntry,
+        bytes: Vec<u8>,
+    ) -> Result<wal::Append, EngineError> {
         match self.wal.append(bytes) {
             Ok(ticket) => {
                 self.last_lsn = ticket.lsn();
@@ -511,14 +760,37 @@ impl Actor for ShardActor {
 impl Handler<Execute> for ShardActor {
     type Result = Result<Durable<Executed>, EngineError>;
 
-    fn handle(&mut self, message: Execute, _: &mut Self::Context) -> Self::Result {
-        match self.run(message)? {
-            (executed, None) => Ok(self.after_durable(executed)),
-            (executed, Some(ticket)) => Ok(Durable {
-                value: executed,
-                ticket,
-            }),
+    fn handle(&mut self, message: Execute, ctx: &mut Self::Context) -> Self::Result {
+        if self.coalesce_max <= 1 {
+            return match self.run(message)? {
+                (executed, None) => Ok(self.after_durable(executed)),
+                (executed, Some(ticket)) => Ok(Durable {
+                    value: executed,
+                    ticket: Ticket::Logged(ticket),
+                }),
+            };
         }
+        match self.decide(message)? {
+            // Changed nothing: shown once what it was decided against is durable, which
+            // includes the gathered record if there is one.
+            (executed, None) => Ok(self.after_durable(executed)),
+            (executed, Some((events, key))) => {
+                let ticket = self.gather(events, key, ctx)?;
+                Ok(Durable {
+                    value: executed,
+                    ticket: Ticket::Gathering(ticket),
+                })
+            }
+        }
+    }
+}
+
+impl Handler<FlushGathered> for ShardActor {
+    type Result = ();
+
+    fn handle(&mut self, _: FlushGathered, _: &mut Self::Context) {
+        // A failure has stopped the shard and answered the gathered commands already.
+        let _ = self.flush_gathered();
     }
 }
 
@@ -538,6 +810,8 @@ impl Handler<ReadForHistory> for ShardActor {
     type Result = Result<(Result<Holder, Rejection>, u64), EngineError>;
 
     fn handle(&mut self, read: ReadForHistory, _: &mut Self::Context) -> Self::Result {
+        // The bound is an LSN: the gathered record needs one first.
+        self.flush_gathered()?;
         if let Some(reason) = &self.failed {
             return Err(EngineError::Unavailable(reason.clone()));
         }
@@ -550,6 +824,7 @@ impl Handler<ReadMerchantForHistory> for ShardActor {
     type Result = Result<(Vec<Holder>, u64), EngineError>;
 
     fn handle(&mut self, read: ReadMerchantForHistory, _: &mut Self::Context) -> Self::Result {
+        self.flush_gathered()?;
         if let Some(reason) = &self.failed {
             return Err(EngineError::Unavailable(reason.clone()));
         }
@@ -605,6 +880,8 @@ impl Handler<ExecuteDirectory> for ShardActor {
     type Result = Result<Durable<Result<DirectoryEvent, Rejection>>, EngineError>;
 
     fn handle(&mut self, message: ExecuteDirectory, _: &mut Self::Context) -> Self::Result {
+        // What was decided before is logged before.
+        self.flush_gathered()?;
         if let Some(reason) = &self.failed {
             return Err(EngineError::Unavailable(reason.clone()));
         }
@@ -631,12 +908,12 @@ impl Handler<ExecuteDirectory> for ShardActor {
             shard: self.shard.shard_index(),
             events: Vec::new(),
             directory: events,
-            idempotency: None,
+            idempotency: Vec::new(),
         };
         let ticket = self.append(&entry)?;
         Ok(Durable {
             value: Ok(created),
-            ticket,
+            ticket: Ticket::Logged(ticket),
         })
     }
 }
@@ -822,21 +1099,8 @@ impl ShardActor {
         if events.is_empty() && idempotency.is_none() {
             return Ok(None);
         }
-        let entry = JournalEntry {
-            shard: self.shard.shard_index(),
-            events,
-            directory: Vec::new(),
-            idempotency,
-        };
-        let ticket = self.append(&entry)?;
-        if self.history.is_some() {
-            self.unfiled
-                .push_back((self.shard.command_stamp(), ticket.lsn()));
-        }
-        if let Some(record) = entry.idempotency {
-            self.keep_key(record, ticket.lsn());
-        }
-        Ok(Some(ticket))
+        self.log(events, idempotency.into_iter().collect())
+            .map(Some)
     }
 }
 
@@ -844,6 +1108,7 @@ impl Handler<ExecuteBatch> for ShardActor {
     type Result = Result<Durable<BatchExecuted>, EngineError>;
 
     fn handle(&mut self, message: ExecuteBatch, _: &mut Self::Context) -> Self::Result {
+        self.flush_gathered()?;
         if let Some(reason) = &self.failed {
             return Err(EngineError::Unavailable(reason.clone()));
         }
@@ -877,7 +1142,7 @@ impl Handler<ExecuteBatch> for ShardActor {
         match self.log_batch(events, idempotency)? {
             Some(ticket) => Ok(Durable {
                 value: executed,
-                ticket,
+                ticket: Ticket::Logged(ticket),
             }),
             None => Ok(self.after_durable(executed)),
         }
@@ -888,6 +1153,7 @@ impl Handler<LogAnswer> for ShardActor {
     type Result = Result<Durable<Option<Vec<u8>>>, EngineError>;
 
     fn handle(&mut self, message: LogAnswer, _: &mut Self::Context) -> Self::Result {
+        self.flush_gathered()?;
         if let Some(reason) = &self.failed {
             return Err(EngineError::Unavailable(reason.clone()));
         }
@@ -906,7 +1172,7 @@ impl Handler<LogAnswer> for ShardActor {
         match self.log_batch(Vec::new(), Some(record))? {
             Some(ticket) => Ok(Durable {
                 value: response,
-                ticket,
+                ticket: Ticket::Logged(ticket),
             }),
             None => Ok(self.after_durable(response)),
         }

@@ -24,6 +24,10 @@ pub struct EngineConfig {
     pub wal: wal::Options,
     /// Messages a shard's mailbox holds before senders wait (back-pressure).
     pub mailbox_capacity: usize,
+    /// At most this many commands a shard decided back to back share one WAL record
+    /// (`runtime::actor`, "Coalesced records"); 1 logs every command alone
+    /// (`--coalesce-max`).
+    pub coalesce_max: usize,
     /// How often each shard expires overdue holds.
     pub hold_tick: Duration,
     /// Take a snapshot after this many records since the last one (0: only on demand).
@@ -53,6 +57,11 @@ impl std::fmt::Debug for WalFileSystem {
     }
 }
 
+/// Commands per record a shard gathers at most by default: enough to take in one record what
+/// 64 connections leave queued, few enough that the first command of a record waits for at most
+/// a few dozen others to be decided (microseconds each) before it is appended.
+pub const COALESCE_MAX_DEFAULT: usize = 32;
+
 /// The largest WAL record the engine writes: a transfer batch's record holds up to 8,190
 /// items' events and, under a key, its whole rendered answer (`runtime::batch` sizes every record
 /// below it, and refuses a batch that could not fit). 16 MiB fits 8,190 items with short texts
@@ -72,6 +81,7 @@ impl EngineConfig {
                 ..wal::Options::default()
             },
             mailbox_capacity: 4096,
+            coalesce_max: COALESCE_MAX_DEFAULT,
             hold_tick: Duration::from_secs(1),
             snapshot_every_records: 1_000_000,
             file_system: WalFileSystem::default(),

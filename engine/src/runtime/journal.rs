@@ -1,8 +1,9 @@
 //! The engine's write-ahead-log record: everything one command changed, on one shard.
 //!
-//! The `wal` crate stores opaque bytes; this module gives them meaning. One command is one WAL
-//! record, so a command is atomic: its events, and the idempotency entry that remembers its
-//! answer, become durable together or not at all.
+//! The `wal` crate stores opaque bytes; this module gives them meaning. A record holds one
+//! command, or several commands a shard decided back to back and logged together
+//! (`runtime::actor`, "Coalesced records"): either way its events, and the idempotency entries
+//! that remember the answers, become durable together or not at all.
 //!
 //! | offset | size | field                                                               |
 //! |--------|------|---------------------------------------------------------------------|
@@ -10,7 +11,7 @@
 //! | 1      | n    | postcard encoding of [`JournalEntry`]                               |
 //!
 //! [`JournalEntry::events`] are the shard's domain events (see [`crate::event`]).
-//! [`JournalEntry::idempotency`] remembers the rendered answer to a request that carried an
+//! [`JournalEntry::idempotency`] remembers the rendered answer to each request that carried an
 //! idempotency key, so a retry after a restart gets the same answer.
 
 use serde::{Deserialize, Serialize};
@@ -23,7 +24,11 @@ use crate::values::error::{encode_versioned, DecodeError, EncodeError};
 /// version that can hold its events (the newest of their [`Event::format_version`]s), so a
 /// binary that predates the commerce events still reads every record without them and refuses
 /// the others by their version, naming it, instead of failing to parse them.
-pub const JOURNAL_FORMAT_VERSION: u8 = 5;
+pub const JOURNAL_FORMAT_VERSION: u8 = 6;
+
+/// The version of an entry holding more than one idempotency entry (a coalesced record): a
+/// binary that reads only version 5 would otherwise fail on it as a malformed option tag.
+const COALESCED_KEYS_VERSION: u8 = 6;
 
 /// Who asked, under which key, for what, and what they were answered.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -45,15 +50,21 @@ pub struct IdempotencyRecord {
     pub transfer_uuid: Option<crate::values::ids::Uuid>,
 }
 
-/// Everything one command wrote.
+/// Everything one command, or one run of commands logged together, wrote on one shard.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct JournalEntry {
     /// The shard whose state the events change.
     pub shard: u32,
+    /// The commands' events, in the order they were decided and applied.
     pub events: Vec<Event>,
     /// Identity events; only shard 0 hosts the directory.
     pub directory: Vec<DirectoryEvent>,
-    pub idempotency: Option<IdempotencyRecord>,
+    /// One entry per keyed command of the record, in order. Versions 1 to 5 wrote an
+    /// `Option` here: postcard encodes `None` and `Some(x)` exactly as a sequence of zero or one
+    /// (a length byte 0 or 1, then the item), so every older record reads as it was written and
+    /// an entry with at most one key is still written as older binaries expect
+    /// (`an_entry_with_one_key_encodes_as_the_optional_key_did`).
+    pub idempotency: Vec<IdempotencyRecord>,
 }
 
 impl JournalEntry {
@@ -63,15 +74,21 @@ impl JournalEntry {
         encode_versioned(self, &[self.format_version()], "journal entry")
     }
 
-    /// The version this entry is written with: 1 unless an event needs a newer format.
+    /// The version this entry is written with: 1 unless an event, or more than one key, needs
+    /// a newer format.
     #[must_use]
     pub fn format_version(&self) -> u8 {
+        let keys = if self.idempotency.len() > 1 {
+            COALESCED_KEYS_VERSION
+        } else {
+            1
+        };
         self.events
             .iter()
             .map(Event::format_version)
             .max()
             .unwrap_or(1)
-            .max(1)
+            .max(keys)
     }
 
     /// Decodes and validates a WAL record. Never panics, whatever the bytes.
@@ -88,7 +105,7 @@ impl JournalEntry {
         // A version 1 entry cannot hold what version 2 added (the writer picks the version).
         if entry.format_version() > *version {
             return Err(DecodeError::Malformed(format!(
-                "a version {version} journal entry holds version {} events",
+                "a version {version} journal entry holds what version {} added",
                 entry.format_version()
             )));
         }

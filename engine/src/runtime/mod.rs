@@ -45,7 +45,7 @@ pub mod batch;
 pub mod clock;
 pub mod config;
 mod cross_shard;
-mod engine;
+pub(crate) mod engine;
 pub mod fingerprint;
 pub mod history;
 pub mod idempotency;

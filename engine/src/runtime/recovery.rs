@@ -855,7 +855,7 @@ impl Replayed {
                 .map_err(|e| refuse(format!("directory: {e}")))?;
         }
         self.events_replayed += (entry.events.len() + entry.directory.len()) as u64;
-        if let Some(key) = &entry.idempotency {
+        for key in &entry.idempotency {
             self.table.record_hot(key, record.lsn);
         }
         Ok(())
@@ -895,6 +895,10 @@ fn start(
         .map_err(|e| OpenError::Start(format!("spawn the history compactor: {e}")))?;
     let capacity = config.mailbox_capacity;
     let hold_tick = config.hold_tick;
+    let coalesce = super::actor::Coalesce {
+        commands_max: config.coalesce_max,
+        record_bytes_max: config.wal.record_bytes_max as usize,
+    };
     let actor_history = history.clone();
     let actor_store: Arc<dyn crate::shard::cold::ColdHistory> = store.clone();
     let handle = std::thread::Builder::new()
@@ -924,6 +928,7 @@ fn start(
                     hold_tick,
                     Arc::clone(&actor_failure),
                     Some(actor_history.clone()),
+                    coalesce,
                 );
                 addrs.push(ShardActor::start_in_arbiter(
                     &arbiter.handle(),

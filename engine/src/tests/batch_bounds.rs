@@ -18,7 +18,7 @@ fn record_bytes(events: Vec<Event>) -> usize {
         shard: 0,
         events,
         directory: Vec::new(),
-        idempotency: None,
+        idempotency: Vec::new(),
     }
     .encode()
     .unwrap()

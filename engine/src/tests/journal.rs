@@ -3,7 +3,7 @@
 
 use super::commerce_support::{initiate, merchant_wallet, pay};
 use super::Harness;
-use crate::runtime::journal::{JournalEntry, JOURNAL_FORMAT_VERSION};
+use crate::runtime::journal::{IdempotencyRecord, JournalEntry, JOURNAL_FORMAT_VERSION};
 use crate::values::error::DecodeError;
 
 /// The events the harness logged from position `from` on.
@@ -12,7 +12,7 @@ fn entry(h: &Harness, from: usize) -> JournalEntry {
         shard: 0,
         events: h.log[from..].to_vec(),
         directory: Vec::new(),
-        idempotency: None,
+        idempotency: Vec::new(),
     }
 }
 
@@ -74,7 +74,7 @@ fn entries_carry_the_lowest_version_that_holds_their_events() {
             at_ms: 1,
         }],
         directory: Vec::new(),
-        idempotency: None,
+        idempotency: Vec::new(),
     };
     let bytes = refused.encode().unwrap();
     assert_eq!(bytes[0], 3);
@@ -98,4 +98,79 @@ fn entries_carry_the_lowest_version_that_holds_their_events() {
         JournalEntry::decode(&future),
         Err(DecodeError::UnsupportedVersion(v)) if v == JOURNAL_FORMAT_VERSION + 1
     ));
+}
+
+/// The entry as versions 1 to 5 declared it: at most one idempotency entry, as an `Option`.
+#[derive(serde::Serialize, serde::Deserialize, Debug, PartialEq)]
+struct EntryBeforeCoalescing {
+    shard: u32,
+    events: Vec<crate::Event>,
+    directory: Vec<crate::identity::directory::DirectoryEvent>,
+    idempotency: Option<IdempotencyRecord>,
+}
+
+fn record(key: &str) -> IdempotencyRecord {
+    IdempotencyRecord {
+        caller: "customer:1".into(),
+        key: key.into(),
+        fingerprint: [9; 32],
+        at_ms: 1_700_000_000_000,
+        route: 3,
+        response: Some(b"answer".to_vec()),
+        transfer_uuid: None,
+    }
+}
+
+#[test]
+fn an_entry_with_one_key_encodes_as_the_optional_key_did() {
+    let mut h = Harness::new();
+    let payer = h.create(1, "YER");
+    // The shard's first transaction also logs its uuid key (version 4); the second does not.
+    h.deposit(payer, "1.00");
+    let mark = h.log.len();
+    h.deposit(payer, "5.00");
+    let events = h.log[mark..].to_vec();
+    for key in [None, Some(record("k1"))] {
+        let older = EntryBeforeCoalescing {
+            shard: 0,
+            events: events.clone(),
+            directory: Vec::new(),
+            idempotency: key.clone(),
+        };
+        let now = JournalEntry {
+            shard: 0,
+            events: events.clone(),
+            directory: Vec::new(),
+            idempotency: key.into_iter().collect(),
+        };
+        let older_bytes = postcard::to_allocvec(&older).unwrap();
+        let bytes = now.encode().unwrap();
+        assert_eq!(bytes[0], 1, "one key or none needs no newer version");
+        assert_eq!(&bytes[1..], &older_bytes[..], "the same bytes as before");
+        let mut logged_before = vec![1];
+        logged_before.extend_from_slice(&older_bytes);
+        assert_eq!(JournalEntry::decode(&logged_before).unwrap(), now);
+    }
+}
+
+#[test]
+fn an_entry_with_several_keys_needs_version_6() {
+    let entry = JournalEntry {
+        shard: 0,
+        events: Vec::new(),
+        directory: Vec::new(),
+        idempotency: vec![record("k1"), record("k2")],
+    };
+    let bytes = entry.encode().unwrap();
+    assert_eq!(bytes[0], 6);
+    assert_eq!(JournalEntry::decode(&bytes).unwrap(), entry);
+    // Labelled 5, it claims what version 5 could hold: refused, not misread.
+    let mut mislabelled = bytes.clone();
+    mislabelled[0] = 5;
+    assert!(matches!(
+        JournalEntry::decode(&mislabelled),
+        Err(DecodeError::Malformed(_))
+    ));
+    // What a version-5 binary sees: an `Option` tag of 2, which it cannot read.
+    assert!(postcard::from_bytes::<EntryBeforeCoalescing>(&bytes[1..]).is_err());
 }

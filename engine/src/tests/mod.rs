@@ -6,6 +6,7 @@
 mod answers_upgrade;
 mod atomic_batches;
 mod batch_bounds;
+mod coalesce;
 mod codec;
 mod commerce_cross_shard;
 mod commerce_fee_qr;

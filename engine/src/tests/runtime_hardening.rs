@@ -42,7 +42,7 @@ pub(super) fn write_log(config: &EngineConfig, entries: Vec<(u32, Vec<crate::Eve
             shard,
             events,
             directory: Vec::new(),
-            idempotency: None,
+            idempotency: Vec::new(),
         };
         log.append(entry.encode().unwrap()).unwrap().wait().unwrap();
     }
@@ -69,7 +69,7 @@ pub(super) fn append_pending_key(
         shard,
         events: Vec::new(),
         directory: Vec::new(),
-        idempotency: Some(IdempotencyRecord {
+        idempotency: vec![IdempotencyRecord {
             caller: key.caller.clone(),
             key: key.key.clone(),
             fingerprint: key.fingerprint,
@@ -77,7 +77,7 @@ pub(super) fn append_pending_key(
             route: key.route,
             response: None,
             transfer_uuid: move_uuid,
-        }),
+        }],
     };
     let (log, _) = wal::Wal::open(config.wal_dir(), config.wal.clone()).unwrap();
     log.append(pending.encode().unwrap())
@@ -202,7 +202,7 @@ fn issue_16_every_encoder_returns_its_error_instead_of_empty_bytes() {
         shard: 0,
         events: events.clone(),
         directory: Vec::new(),
-        idempotency: None,
+        idempotency: Vec::new(),
     };
     // The event batch marker is not the journal's: the entry encodes.
     assert!(entry.encode().is_ok());

@@ -70,14 +70,14 @@ impl ChainHeads {
     }
 }
 
-/// What one WAL record gives the store: its events and its idempotency answer.
+/// What one WAL record gives the store: its events and its idempotency answers.
 pub(crate) struct Filed {
     pub(crate) lsn: u64,
     /// The shard whose state the events change.
     pub(crate) shard: u32,
     pub(crate) events: Vec<Event>,
-    /// Only an answered key (a pending one is hot state).
-    pub(crate) answer: Option<IdempotencyRecord>,
+    /// Only answered keys (a pending one is hot state), in the record's order.
+    pub(crate) answers: Vec<IdempotencyRecord>,
 }
 
 impl Filed {
@@ -88,7 +88,7 @@ impl Filed {
             lsn,
             shard: 0,
             events,
-            answer: None,
+            answers: Vec::new(),
         }
     }
 
@@ -131,7 +131,7 @@ pub(crate) fn file_batch(
                     reports.file(open, &mut heads.scopes, event)?;
                 }
             }
-            if let Some(answer) = &record.answer {
+            for answer in &record.answers {
                 file_answer(open, &mut batch.writes, answer, record.lsn)?;
             }
         }

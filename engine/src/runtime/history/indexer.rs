@@ -162,7 +162,7 @@ impl Filer {
             }
             let entry = decode_record(lsn, payload)?;
             if lsn < self.answers_since {
-                if let Some(answer) = entry.idempotency {
+                for answer in entry.idempotency {
                     if answer.response.is_some() {
                         self.backfill.push((lsn, answer));
                     }
@@ -196,7 +196,11 @@ impl Filer {
             lsn,
             shard: entry.shard,
             events: entry.events,
-            answer: entry.idempotency.filter(|answer| answer.response.is_some()),
+            answers: entry
+                .idempotency
+                .into_iter()
+                .filter(|answer| answer.response.is_some())
+                .collect(),
         });
         if self.pending.len() + self.backfill.len() + self.moves_backfill.len() >= FILE_RECORDS_MAX
         {
@@ -233,7 +237,7 @@ impl Filer {
             // the progress is published ([`Filer::forget_filed_answers`]).
             if let Some(answers) = &self.answers {
                 for filed in self.pending.drain(..) {
-                    if let Some(answer) = filed.answer {
+                    for answer in filed.answers {
                         let id = (answer.caller, answer.key);
                         answers.table.forget_filed(&id, filed.lsn);
                         self.filed_answers.push((id, filed.lsn));

@@ -1,0 +1,297 @@
+//! Coalesced records (`runtime::actor`, "Coalesced records"; issue 15: "a shard that finds
+//! several commands queued takes them as one batch and logs them in one record").
+//!
+//! Each test parks shard 0's actor inside a read, queues commands in its mailbox from the test
+//! thread (`Addr::send` enqueues before it returns), and lets the actor go: it then finds them
+//! all queued, exactly as under load, and the tests see what it logged.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use rust_decimal::Decimal;
+
+use super::runtime_hardening::{balance, deposit, wallet, DebugRenderer, START_MS};
+use crate::runtime::actor::{Answer, Claim, Execute};
+use crate::runtime::clock::SeededClock;
+use crate::runtime::engine::{ClaimGuard, Claimed};
+use crate::runtime::journal::JournalEntry;
+use crate::runtime::{Engine, EngineConfig, EngineError, IdempotencyKey, WalFileSystem};
+use crate::shard::command::{Details, MoneyMove};
+use crate::{Command, Event, Outcome, Rejection, WalletId};
+
+/// How long an answer that must not come is given to come anyway (as in
+/// `engine/tests/durability.rs`): a premature answer would be ready microseconds after the
+/// record is written; this only bounds the test's running time.
+const MUST_NOT_ANSWER_WITHIN: Duration = Duration::from_millis(300);
+
+/// Lets held syncs through when dropped, so a failing assertion does not leave the log's writer
+/// (and the engine's shutdown after it) waiting for ever.
+struct ReleaseOnDrop(wal::fs::FaultyFs);
+
+impl Drop for ReleaseOnDrop {
+    fn drop(&mut self) {
+        self.0.hold_segment_syncs(false);
+    }
+}
+
+fn config(dir: &std::path::Path, coalesce_max: usize) -> EngineConfig {
+    let mut config = EngineConfig::new(dir);
+    config.snapshot_every_records = 0;
+    config.coalesce_max = coalesce_max;
+    config
+}
+
+fn open(config: EngineConfig) -> Engine {
+    let clock = Arc::new(SeededClock::new(7, START_MS));
+    Engine::open(config, clock, Arc::new(DebugRenderer))
+        .unwrap()
+        .0
+}
+
+/// Parks shard 0's actor inside a read until the returned sender is used or dropped.
+async fn park_shard(engine: &Engine) -> (std::sync::mpsc::Sender<()>, tokio::task::JoinHandle<()>) {
+    let (entered_tx, entered_rx) = std::sync::mpsc::channel();
+    let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
+    let parked = tokio::spawn({
+        let engine = engine.clone();
+        async move {
+            engine
+                .read_shard(0, move |_| {
+                    entered_tx.send(()).unwrap();
+                    let _ = release_rx.recv();
+                })
+                .await
+                .unwrap();
+        }
+    });
+    tokio::task::spawn_blocking(move || entered_rx.recv().unwrap())
+        .await
+        .unwrap();
+    (release_tx, parked)
+}
+
+fn key(name: &str) -> IdempotencyKey {
+    IdempotencyKey {
+        caller: "customer:1".into(),
+        key: name.into(),
+        fingerprint: [1; 32],
+        legacy_fingerprint: None,
+        route: 1,
+    }
+}
+
+/// Queues `command` on shard 0 now, under `key` if given; the answer once durable.
+fn queue(
+    engine: &Engine,
+    command: Command,
+    key: Option<&IdempotencyKey>,
+) -> impl std::future::Future<Output = Result<crate::runtime::actor::Executed, EngineError>> {
+    let (guard, claim): (Option<ClaimGuard>, Option<Claim>) = match key {
+        Some(key) => match engine.claim(key).unwrap() {
+            Claimed::Fresh(guard, record) => (
+                Some(guard),
+                Some(Claim {
+                    record,
+                    answer: Answer::Result,
+                }),
+            ),
+            Claimed::Answered(reply) => panic!("{key:?} was answered before: {reply:?}"),
+        },
+        None => (None, None),
+    };
+    let request = engine.addr(0).unwrap().send(Execute {
+        command,
+        context: engine.inner.clock.context(),
+        claim,
+    });
+    async move {
+        let executed = request.await.unwrap()?.wait().await;
+        drop(guard);
+        executed
+    }
+}
+
+fn described_deposit(wallet_id: WalletId, n: usize) -> Command {
+    deposit(wallet_id, Some(format!("coalesced deposit {n}")))
+}
+
+/// The log's records after `after`, decoded, with their version bytes.
+fn records_after(config: &EngineConfig, after: u64) -> Vec<(u8, JournalEntry)> {
+    let mut records = Vec::new();
+    wal::reader::read_from(
+        &config.wal_dir(),
+        config.wal.record_bytes_max,
+        after + 1,
+        &mut |record| {
+            records.push((
+                record.payload[0],
+                JournalEntry::decode(record.payload).unwrap(),
+            ));
+            Ok(())
+        },
+    )
+    .unwrap();
+    records
+}
+
+fn deposits_in(entry: &JournalEntry) -> usize {
+    entry
+        .events
+        .iter()
+        .filter(|event| matches!(event, Event::TransactionRecorded { .. }))
+        .count()
+}
+
+/// Queues `count` deposits behind a parked actor, lets it go, and answers how many deposits
+/// each record after the wallet's creation held, once every deposit is answered (after a
+/// shutdown, so the log is whole), and the wallet.
+async fn queued_deposits_logged_in(config: EngineConfig, count: usize) -> (Vec<usize>, WalletId) {
+    let engine = open(config.clone());
+    let wallet_id = wallet(&engine).await;
+    let before = engine.inner.wal.last_lsn();
+    let (release, parked) = park_shard(&engine).await;
+    let answers: Vec<_> = (0..count)
+        .map(|n| queue(&engine, described_deposit(wallet_id, n), None))
+        .collect();
+    release.send(()).unwrap();
+    parked.await.unwrap();
+    for answer in answers {
+        assert!(matches!(
+            answer.await.unwrap().result,
+            Ok(Outcome::Transaction(_))
+        ));
+    }
+    assert_eq!(balance(&engine, wallet_id).await, Decimal::from(5 * count));
+    let _ = engine.shutdown();
+    let records = records_after(&config, before)
+        .iter()
+        .map(|(_, entry)| deposits_in(entry))
+        .collect();
+    (records, wallet_id)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keyed_commands_found_queued_share_one_record_and_replay_their_answers_after_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(dir.path(), 32);
+    let engine = open(config.clone());
+    let wallet_id = wallet(&engine).await;
+    let before = engine.inner.wal.last_lsn();
+
+    let (release, parked) = park_shard(&engine).await;
+    let keys: Vec<IdempotencyKey> = (0..20).map(|n| key(&format!("k{n}"))).collect();
+    let answers: Vec<_> = keys
+        .iter()
+        .enumerate()
+        .map(|(n, key)| queue(&engine, described_deposit(wallet_id, n), Some(key)))
+        .collect();
+    release.send(()).unwrap();
+    parked.await.unwrap();
+    let mut responses = Vec::new();
+    for answer in answers {
+        let executed = answer.await.unwrap();
+        assert!(matches!(executed.result, Ok(Outcome::Transaction(_))));
+        responses.push(executed.response.unwrap());
+    }
+    let _ = engine.shutdown();
+
+    let records = records_after(&config, before);
+    assert_eq!(records.len(), 1, "20 queued deposits, one record");
+    let (version, entry) = &records[0];
+    assert_eq!(*version, 6, "more than one key needs journal version 6");
+    assert_eq!(deposits_in(entry), 20);
+    let logged: Vec<&str> = entry.idempotency.iter().map(|k| k.key.as_str()).collect();
+    let expected: Vec<String> = (0..20).map(|n| format!("k{n}")).collect();
+    assert_eq!(logged, expected, "the keys in the order their commands ran");
+
+    // Replayed from the log: the balance, and every key's own answer.
+    let engine = open(config.clone());
+    assert_eq!(balance(&engine, wallet_id).await, Decimal::from(100));
+    for (n, key) in keys.iter().enumerate() {
+        let reply = engine
+            .execute_idempotent(described_deposit(wallet_id, n), key.clone())
+            .await
+            .unwrap();
+        assert!(reply.replayed, "{key:?}");
+        assert_eq!(reply.response, responses[n], "{key:?}");
+    }
+    assert_eq!(balance(&engine, wallet_id).await, Decimal::from(100));
+    let _ = engine.shutdown();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_record_holds_at_most_coalesce_max_commands_and_1_logs_each_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let (records, _) = queued_deposits_logged_in(config(dir.path(), 8), 20).await;
+    assert_eq!(records, vec![8, 8, 4]);
+    let dir = tempfile::tempdir().unwrap();
+    let (records, _) = queued_deposits_logged_in(config(dir.path(), 1), 20).await;
+    assert_eq!(records, vec![1; 20]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gathered_record_larger_than_the_log_takes_is_logged_command_by_command() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = config(dir.path(), 32);
+    // One deposit's record fits; twenty do not.
+    config.wal.record_bytes_max = 4 * 1024;
+    config.wal.segment_bytes = 1 << 20;
+    let (records, wallet_id) = queued_deposits_logged_in(config.clone(), 20).await;
+    assert_eq!(records, vec![1; 20]);
+    let engine = open(config);
+    assert_eq!(balance(&engine, wallet_id).await, Decimal::from(100));
+    let _ = engine.shutdown();
+}
+
+/// ARCHITECTURE.md invariants 1 and 2 for a gathered record: a refusal decided against the
+/// state a gathered command left (its balance spent) is not answered before that command's
+/// record is durable, and neither is the command.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refusal_decided_behind_a_gathered_command_waits_for_its_record() {
+    let dir = tempfile::tempdir().unwrap();
+    let fs = wal::fs::FaultyFs::new();
+    let mut config = config(dir.path(), 32);
+    config.file_system = WalFileSystem(Arc::new(fs.clone()));
+    let engine = open(config);
+    let wallet_id = wallet(&engine).await;
+    engine.execute(deposit(wallet_id, None)).await.unwrap();
+
+    let (release, parked) = park_shard(&engine).await;
+    let withdraw = || {
+        Command::Withdraw(MoneyMove {
+            wallet_id,
+            amount: Decimal::from(5),
+            currency: None,
+            details: Details::default(),
+        })
+    };
+    let spends = tokio::spawn(queue(&engine, withdraw(), None));
+    let mut refused = tokio::spawn(queue(&engine, withdraw(), None));
+    fs.hold_segment_syncs(true);
+    let _release_syncs = ReleaseOnDrop(fs.clone());
+    release.send(()).unwrap();
+    parked.await.unwrap();
+    let held = fs.clone();
+    tokio::task::spawn_blocking(move || held.wait_for_a_held_sync())
+        .await
+        .unwrap();
+    assert!(
+        tokio::time::timeout(MUST_NOT_ANSWER_WITHIN, &mut refused)
+            .await
+            .is_err(),
+        "the refusal was answered before the withdrawal it depends on was durable"
+    );
+    fs.hold_segment_syncs(false);
+    assert!(matches!(
+        spends.await.unwrap().unwrap().result,
+        Ok(Outcome::Transaction(_))
+    ));
+    assert_eq!(
+        refused.await.unwrap().unwrap().result.unwrap_err(),
+        Rejection::InsufficientFunds
+    );
+    assert_eq!(balance(&engine, wallet_id).await, Decimal::ZERO);
+    let _ = engine.shutdown();
+}
