@@ -32,8 +32,23 @@
 //! the record holds the commands' events in the order they were decided, so replaying it is
 //! replaying them one by one. The gathered record is flushed before anything else is appended
 //! (batches, directory commands, answers, expired holds) and before a history read takes its
-//! bound, so the log's order stays the order of decision; a record is flushed at once when it
-//! holds `coalesce_max` commands. `coalesce_max` 1 logs every command alone, as before.
+//! bound, so the log's order stays the order of decision; it is flushed at once when
+//! `coalesce_max` messages of any kind were handled since its first command, so it holds at
+//! most that many commands and a steady stream of reads cannot hold it back. `coalesce_max` 1
+//! logs every command alone, as before.
+//!
+//! Reads, refusals and commands that change nothing, decided while a record is gathered, wait
+//! for it too ([`ShardActor::after_durable`]). A [`Peek`] does not: it may see a fact (a
+//! wallet's owner, which shard holds a uuid) whose record is still gathered, and a step on
+//! another shard may then become durable before it. That is safe for the same reason a peek
+//! is never rendered: whatever a client is answered that depends on the fact runs a step on
+//! the fact's own shard, queued behind the gathered record and logged after it, and waits for
+//! that step (a transfer to a wallet whose creation a crash lost is refused its credit by
+//! recovery and released, unanswered). A shard that failed still appends a gathered record it
+//! holds (the commands in it were decided before the failure, so it is a valid prefix of the
+//! log) before refusing what comes next; if a split append fails partway, every command of
+//! the record is answered `Unavailable`, also those already logged, whose keys replay the
+//! logged answers to a retry.
 
 use std::collections::{HashMap, VecDeque};
 use std::future::Future;
@@ -175,8 +190,11 @@ impl Gathering {
 struct Gathered {
     events: Vec<Event>,
     keys: Vec<IdempotencyRecord>,
-    /// Where each command's events and keys end, so an oversized record can be split.
-    ends: Vec<(usize, usize)>,
+    /// Where each command's events and keys end, and its command stamp, so an oversized record
+    /// can be split into records each paired with its own command's stamp.
+    ends: Vec<(usize, usize, u64)>,
+    /// Messages the actor handled since the record's first command (its commands included).
+    messages: usize,
     ticket: Arc<Gathering>,
 }
 
@@ -189,6 +207,24 @@ impl Drop for Gathered {
                 "the shard stopped before logging the command".into(),
             )));
         }
+    }
+}
+
+/// Test builds: the (command stamp, LSN) pairs of the records the indexer has not filed yet.
+#[cfg(test)]
+pub(crate) struct Unfiled;
+
+#[cfg(test)]
+impl Message for Unfiled {
+    type Result = Vec<(u64, u64)>;
+}
+
+#[cfg(test)]
+impl Handler<Unfiled> for ShardActor {
+    type Result = Vec<(u64, u64)>;
+
+    fn handle(&mut self, _: Unfiled, _: &mut Self::Context) -> Self::Result {
+        self.unfiled.iter().copied().collect()
     }
 }
 
@@ -262,8 +298,9 @@ impl<R: Send + 'static> Message for PeekDirectory<R> {
 
 /// Read facts that never change once written (a wallet's owner, business and currency; which
 /// shard holds a uuid) without waiting for durability. Only for routing and permission checks:
-/// never render what a peek returns, since it may include records not yet durable (the command
-/// that follows waits for its own durability anyway).
+/// never render what a peek returns, since it may include records not yet durable, or not yet
+/// appended (a gathered record: see "Coalesced records"); the command that follows waits for
+/// its own durability anyway.
 pub struct Peek<R>(pub Box<dyn FnOnce(&Shard) -> R + Send>);
 
 impl<R: Send + 'static> Message for Peek<R> {
@@ -554,7 +591,8 @@ impl ShardActor {
     ) -> Result<wal::Append, EngineError> {
         let entry = self.entry(events, keys);
         let bytes = self.encode(&entry)?;
-        self.log_encoded(entry, bytes)
+        let stamp = self.shard.command_stamp();
+        self.log_encoded(entry, bytes, stamp)
     }
 
     fn entry(&self, events: Vec<Event>, keys: Vec<IdempotencyRecord>) -> JournalEntry {
@@ -566,16 +604,17 @@ impl ShardActor {
         }
     }
 
-    /// [`Self::log`] of an entry already encoded.
+    /// [`Self::log`] of an entry already encoded, whose last command ran as `stamp`: once the
+    /// indexer has filed it, the shard may drop what that command and those before it changed.
     fn log_encoded(
         &mut self,
         entry: JournalEntry,
         bytes: Vec<u8>,
+        stamp: u64,
     ) -> Result<wal::Append, EngineError> {
         let ticket = self.append_encoded(&entry, bytes)?;
         if self.history.is_some() {
-            self.unfiled
-                .push_back((self.shard.command_stamp(), ticket.lsn()));
+            self.unfiled.push_back((stamp, ticket.lsn()));
         }
         for record in entry.idempotency {
             self.keep_key(record, ticket.lsn());
@@ -584,8 +623,9 @@ impl ShardActor {
     }
 
     /// Adds a decided command's events and key to the gathered record; its answer waits for
-    /// that record. Flushes at once when the record is full; otherwise the first command of a
-    /// record asks for the flush that follows the drained mailbox.
+    /// that record. Flushes at once when the record is full (see [`Self::note_message`]);
+    /// otherwise the first command of a record asks for the flush that follows the drained
+    /// mailbox.
     fn gather(
         &mut self,
         events: Vec<Event>,
@@ -600,20 +640,35 @@ impl ShardActor {
                     events: Vec::new(),
                     keys: Vec::new(),
                     ends: Vec::new(),
+                    messages: 0,
                     ticket: Gathering::new(),
                 })
             }
         };
         gathered.events.extend(events);
         gathered.keys.extend(key);
+        let stamp = self.shard.command_stamp();
         gathered
             .ends
-            .push((gathered.events.len(), gathered.keys.len()));
+            .push((gathered.events.len(), gathered.keys.len(), stamp));
         let ticket = Arc::clone(&gathered.ticket);
-        if gathered.ends.len() >= self.coalesce_max {
+        self.note_message()?;
+        Ok(ticket)
+    }
+
+    /// Counts a message handled while a record is gathered, and flushes the record once
+    /// `coalesce_max` messages were: a record holds at most that many commands, and waits for at
+    /// most that many messages however steadily others (reads, peeks, commands that change
+    /// nothing) keep the mailbox from draining.
+    fn note_message(&mut self) -> Result<(), EngineError> {
+        let full = self.gathered.as_mut().is_some_and(|gathered| {
+            gathered.messages += 1;
+            gathered.messages >= self.coalesce_max
+        });
+        if full {
             self.flush_gathered()?;
         }
-        Ok(ticket)
+        Ok(())
     }
 
     /// Appends the gathered record, if any, and hands its ticket to the commands waiting on it.
@@ -628,28 +683,33 @@ impl ShardActor {
             std::mem::take(&mut gathered.events),
             std::mem::take(&mut gathered.keys),
         );
+        let last_stamp = gathered
+            .ends
+            .last()
+            .map_or_else(|| self.shard.command_stamp(), |&(_, _, stamp)| stamp);
         let outcome = match self.encode(&entry) {
             Ok(bytes) if bytes.len() > self.record_bytes_max && gathered.ends.len() > 1 => {
                 self.log_one_by_one(entry, &gathered.ends)
             }
-            Ok(bytes) => self.log_encoded(entry, bytes),
+            Ok(bytes) => self.log_encoded(entry, bytes, last_stamp),
             Err(error) => Err(error),
         };
         gathered.ticket.resolve(outcome.clone());
         outcome.map(drop)
     }
 
-    /// Appends each command of a gathered record as its own record, in order.
+    /// Appends each command of a gathered record as its own record, in order, each paired with
+    /// its own command's stamp (the shard's stamp is already the last command's).
     fn log_one_by_one(
         &mut self,
         entry: JournalEntry,
-        ends: &[(usize, usize)],
+        ends: &[(usize, usize, u64)],
     ) -> Result<wal::Append, EngineError> {
         let mut events = entry.events.into_iter();
         let mut keys = entry.idempotency.into_iter();
         let mut start = (0, 0);
         let mut last = None;
-        for &(events_end, keys_end) in ends {
+        for &(events_end, keys_end, stamp) in ends {
             let command_events = events
                 .by_ref()
                 .take(events_end.saturating_sub(start.0))
@@ -659,7 +719,9 @@ impl ShardActor {
                 .take(keys_end.saturating_sub(start.1))
                 .collect();
             start = (events_end, keys_end);
-            last = Some(self.log(command_events, command_keys)?);
+            let entry = self.entry(command_events, command_keys);
+            let bytes = self.encode(&entry)?;
+            last = Some(self.log_encoded(entry, bytes, stamp)?);
         }
         last.ok_or_else(|| self.fail("a gathered record held no command".into()))
     }
@@ -773,7 +835,11 @@ impl Handler<Execute> for ShardActor {
         match self.decide(message)? {
             // Changed nothing: shown once what it was decided against is durable, which
             // includes the gathered record if there is one.
-            (executed, None) => Ok(self.after_durable(executed)),
+            (executed, None) => {
+                let durable = self.after_durable(executed);
+                self.note_message()?;
+                Ok(durable)
+            }
             (executed, Some((events, key))) => {
                 let ticket = self.gather(events, key, ctx)?;
                 Ok(Durable {
@@ -802,7 +868,9 @@ impl<R: Send + 'static> Handler<Read<R>> for ShardActor {
             return Err(EngineError::Unavailable(reason.clone()));
         }
         let value = (read.0)(&self.shard);
-        Ok(self.after_durable(value))
+        let durable = self.after_durable(value);
+        self.note_message()?;
+        Ok(durable)
     }
 }
 
@@ -845,6 +913,8 @@ impl Handler<EvictFiled> for ShardActor {
     type Result = usize;
 
     fn handle(&mut self, _: EvictFiled, _: &mut Self::Context) -> usize {
+        // What the caller counts on being filed soon must be in the log.
+        let _ = self.flush_gathered();
         self.evict_filed();
         self.shard.records_in_memory()
     }
@@ -857,7 +927,9 @@ impl<R: Send + 'static> Handler<Peek<R>> for ShardActor {
         if let Some(reason) = &self.failed {
             return Err(EngineError::Unavailable(reason.clone()));
         }
-        Ok((peek.0)(&self.shard))
+        let value = (peek.0)(&self.shard);
+        self.note_message()?;
+        Ok(value)
     }
 }
 
@@ -872,7 +944,9 @@ impl<R: Send + 'static> Handler<PeekDirectory<R>> for ShardActor {
             .directory
             .as_ref()
             .ok_or_else(|| EngineError::Unavailable("the directory lives on shard 0".into()))?;
-        Ok((peek.0)(directory))
+        let value = (peek.0)(directory);
+        self.note_message()?;
+        Ok(value)
     }
 }
 
@@ -931,7 +1005,9 @@ impl<R: Send + 'static> Handler<ReadDirectory<R>> for ShardActor {
             ));
         };
         let value = (read.0)(directory);
-        Ok(self.after_durable(value))
+        let durable = self.after_durable(value);
+        self.note_message()?;
+        Ok(durable)
     }
 }
 

@@ -202,9 +202,10 @@ impl IdempotencyTable {
     }
 
     /// The pending key of the cross-shard move `transfer_uuid`, if a request is waiting on it.
-    /// Two confirms of one payment can both wait on its reservation: the one logged first
-    /// (lowest LSN, then caller and key, as a snapshot's keys carry no LSN) is the one whose
-    /// step finishes it, so recovery answers the same key whatever order the table holds them in.
+    /// Two confirms of one payment can both wait on its reservation: the one with the lowest LSN
+    /// is the one whose step finishes it, then by caller and key (a snapshot's keys carry no
+    /// LSN, and two keys of one coalesced record share theirs), so recovery answers the same key
+    /// whatever order the table holds them in.
     #[must_use]
     pub fn pending_for_transfer(
         &self,

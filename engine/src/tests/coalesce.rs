@@ -231,6 +231,10 @@ async fn a_record_holds_at_most_coalesce_max_commands_and_1_logs_each_alone() {
     assert_eq!(records, vec![1; 20]);
 }
 
+/// A gathered record over the log's largest record is appended command by command, each record
+/// paired with its own command's stamp: paired with the last command's, as a first version did,
+/// filing the first record would let the shard drop what the later commands changed before the
+/// indexer filed them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_gathered_record_larger_than_the_log_takes_is_logged_command_by_command() {
     let dir = tempfile::tempdir().unwrap();
@@ -240,8 +244,41 @@ async fn a_gathered_record_larger_than_the_log_takes_is_logged_command_by_comman
     config.wal.segment_bytes = 1 << 20;
     let (records, wallet_id) = queued_deposits_logged_in(config.clone(), 20).await;
     assert_eq!(records, vec![1; 20]);
+
+    let engine = open(config.clone());
+    let held = engine.inner.history.hold_filing();
+    let before = engine.inner.wal.last_lsn();
+    let (release, parked) = park_shard(&engine).await;
+    let answers: Vec<_> = (0..20)
+        .map(|n| queue(&engine, described_deposit(wallet_id, n), None))
+        .collect();
+    release.send(()).unwrap();
+    parked.await.unwrap();
+    for answer in answers {
+        answer.await.unwrap().result.unwrap();
+    }
+    let unfiled = engine
+        .addr(0)
+        .unwrap()
+        .send(crate::runtime::actor::Unfiled)
+        .await
+        .unwrap();
+    let split: Vec<(u64, u64)> = unfiled
+        .into_iter()
+        .filter(|&(_, lsn)| lsn > before)
+        .collect();
+    assert_eq!(split.len(), 20, "{split:?}");
+    assert!(
+        split
+            .windows(2)
+            .all(|pair| pair[0].0 < pair[1].0 && pair[0].1 < pair[1].1),
+        "each record with its own command's stamp: {split:?}"
+    );
+    drop(held);
+    let _ = engine.shutdown();
+
     let engine = open(config);
-    assert_eq!(balance(&engine, wallet_id).await, Decimal::from(100));
+    assert_eq!(balance(&engine, wallet_id).await, Decimal::from(200));
     let _ = engine.shutdown();
 }
 
@@ -294,4 +331,48 @@ async fn a_refusal_decided_behind_a_gathered_command_waits_for_its_record() {
     );
     assert_eq!(balance(&engine, wallet_id).await, Decimal::ZERO);
     let _ = engine.shutdown();
+}
+
+/// A record waits for at most `coalesce_max` messages, whatever they are: reads queued behind
+/// its first command flush it as commands would, so a steady stream of reads cannot hold the
+/// commands' answers back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_queued_behind_a_gathered_command_flush_it_after_coalesce_max_messages() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(dir.path(), 4);
+    let engine = open(config.clone());
+    let wallet_id = wallet(&engine).await;
+    let before = engine.inner.wal.last_lsn();
+    let (release, parked) = park_shard(&engine).await;
+    let first = queue(&engine, described_deposit(wallet_id, 0), None);
+    let reads: Vec<_> = (0..10)
+        .map(|_| {
+            engine
+                .addr(0)
+                .unwrap()
+                .send(crate::runtime::actor::Read(Box::new(move |shard| {
+                    shard.balance(wallet_id).unwrap().balance
+                })))
+        })
+        .collect();
+    let second = queue(&engine, described_deposit(wallet_id, 1), None);
+    release.send(()).unwrap();
+    parked.await.unwrap();
+    first.await.unwrap().result.unwrap();
+    second.await.unwrap().result.unwrap();
+    for (n, read) in reads.into_iter().enumerate() {
+        let seen = read.await.unwrap().unwrap().wait().await.unwrap();
+        // Every read came after the first deposit and before the second.
+        assert_eq!(seen, Decimal::from(5), "read {n}");
+    }
+    let _ = engine.shutdown();
+    let records: Vec<usize> = records_after(&config, before)
+        .iter()
+        .map(|(_, entry)| deposits_in(entry))
+        .collect();
+    assert_eq!(
+        records,
+        vec![1, 1],
+        "the first deposit's record waited for 4 messages, not 12"
+    );
 }
