@@ -3,7 +3,7 @@
 # sampled every second, then a timed restart. Judges the run against issue 14's targets.
 #
 #   scripts/soak.sh [--duration S] [--connections N] [--wallets N] [--mix MIX]
-#                   [--rss-limit-mib MIB] [--out DIR] [--no-build]
+#                   [--rss-limit-mib MIB] [--out DIR] [--no-build] [--keep-data]
 #
 # walletd runs on a fresh data dir on a real filesystem (fsync always, rate limits off, fee
 # schedule YER:2.5+1) on a free loopback port; walletd-load drives it with transfers, deposits,
@@ -25,7 +25,7 @@
 # the minute around it (the last minute, for the end): the store's memtables fill and flush
 # in a saw-tooth of up to ~200 MiB every few seconds, so one sample says more about where in
 # a tooth it fell than about growth; the summary prints the single samples too. Everything it
-# starts is stopped on exit.
+# starts is stopped on exit, and its data dir removed (--keep-data keeps it).
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$ROOT"
@@ -37,6 +37,9 @@ MIX="transfer=40,deposit=25,hold=15,payment=20"
 RSS_LIMIT_MIB=8192
 OUT=""
 BUILD=1
+# The data dir is removed on exit unless --keep-data: ten minutes write ~9 GB, and a few runs
+# left behind fill this machine's disk.
+KEEP_DATA=0
 while [ $# -gt 0 ]; do
     case "$1" in
         --duration) DURATION="$2"; shift 2 ;;
@@ -46,7 +49,8 @@ while [ $# -gt 0 ]; do
         --rss-limit-mib) RSS_LIMIT_MIB="$2"; shift 2 ;;
         --out) OUT="$2"; shift 2 ;;
         --no-build) BUILD=0; shift ;;
-        -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
+        --keep-data) KEEP_DATA=1; shift ;;
+        -h|--help) sed -n '2,28p' "$0"; exit 0 ;;
         *) echo "soak: unknown argument $1 (see --help)" >&2; exit 2 ;;
     esac
 done
@@ -67,6 +71,11 @@ LOAD_PID=""
 cleanup() {
     stop_pid "$LOAD_PID" 20
     stop_pid "$WALLETD_PID" 100
+    if [ "$KEEP_DATA" = 1 ]; then
+        echo "soak: data dir kept: $DATA ($(du -sh "$DATA" 2>/dev/null | cut -f1))"
+    else
+        rm -rf "$DATA"
+    fi
 }
 trap cleanup EXIT
 

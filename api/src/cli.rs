@@ -151,7 +151,8 @@ pub struct ServeArgs {
     /// Log filter: error, warn, info, debug or trace.
     #[arg(long, env = "WALLETD_LOG", default_value = "info")]
     pub log: String,
-    /// Take a snapshot after this many WAL records (0: never automatically).
+    /// Take a snapshot after this many commands logged (a record holding several counts each,
+    /// a batch each of its items; 0: never automatically).
     #[arg(long, env = "WALLETD_SNAPSHOT_EVERY", default_value_t = 1_000_000)]
     pub snapshot_every: u64,
     /// Move WAL segments that the snapshots and the history store no longer need into DIR (same

@@ -345,15 +345,21 @@ pub struct ShardActor {
     /// The log's largest record: a gathered record that would pass it is appended command by
     /// command instead.
     record_bytes_max: usize,
+    /// Commands logged by every shard since the engine opened (a gathered record counts each of
+    /// its commands, a batch each of its items): what periodic snapshots are paced by, since a
+    /// restart replays commands, not records.
+    commands_logged: Arc<std::sync::atomic::AtomicU64>,
 }
 
-/// How a shard gathers commands into records (see "Coalesced records").
-#[derive(Clone, Copy, Debug)]
+/// How a shard gathers commands into records (see "Coalesced records"), and counts them.
+#[derive(Clone, Debug)]
 pub struct Coalesce {
     /// At most this many commands share a record (1: each is logged alone).
     pub commands_max: usize,
     /// The log's largest record, in bytes.
     pub record_bytes_max: usize,
+    /// The engine's count of logged commands (see [`ShardActor`]'s field of that name).
+    pub commands_logged: Arc<std::sync::atomic::AtomicU64>,
 }
 
 /// How often a shard drops what the indexer has filed. Memory holds about this long of records
@@ -394,7 +400,13 @@ impl ShardActor {
             gathered: None,
             coalesce_max: coalesce.commands_max.max(1),
             record_bytes_max: coalesce.record_bytes_max,
+            commands_logged: coalesce.commands_logged,
         }
+    }
+
+    fn count_logged(&self, commands: usize) {
+        self.commands_logged
+            .fetch_add(commands as u64, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// The LSN the history store must cover before it serves `wallet_id`'s history as a caller
@@ -501,7 +513,7 @@ impl ShardActor {
         let (executed, logged) = self.decide(message)?;
         match logged {
             Some((events, key)) => {
-                let ticket = self.log(events, key.into_iter().collect())?;
+                let ticket = self.log(events, key.into_iter().collect(), 1)?;
                 Ok((executed, Some(ticket)))
             }
             None => Ok((executed, None)),
@@ -588,11 +600,12 @@ impl ShardActor {
         &mut self,
         events: Vec<Event>,
         keys: Vec<IdempotencyRecord>,
+        commands: usize,
     ) -> Result<wal::Append, EngineError> {
         let entry = self.entry(events, keys);
         let bytes = self.encode(&entry)?;
         let stamp = self.shard.command_stamp();
-        self.log_encoded(entry, bytes, stamp)
+        self.log_encoded(entry, bytes, (stamp, commands))
     }
 
     fn entry(&self, events: Vec<Event>, keys: Vec<IdempotencyRecord>) -> JournalEntry {
@@ -604,15 +617,17 @@ impl ShardActor {
         }
     }
 
-    /// [`Self::log`] of an entry already encoded, whose last command ran as `stamp`: once the
-    /// indexer has filed it, the shard may drop what that command and those before it changed.
+    /// [`Self::log`] of an entry already encoded, holding `commands` commands, whose last ran
+    /// as `stamp`: once the indexer has filed it, the shard may drop what that command and those
+    /// before it changed.
     fn log_encoded(
         &mut self,
         entry: JournalEntry,
         bytes: Vec<u8>,
-        stamp: u64,
+        (stamp, commands): (u64, usize),
     ) -> Result<wal::Append, EngineError> {
         let ticket = self.append_encoded(&entry, bytes)?;
+        self.count_logged(commands);
         if self.history.is_some() {
             self.unfiled.push_back((stamp, ticket.lsn()));
         }
@@ -691,7 +706,7 @@ impl ShardActor {
             Ok(bytes) if bytes.len() > self.record_bytes_max && gathered.ends.len() > 1 => {
                 self.log_one_by_one(entry, &gathered.ends)
             }
-            Ok(bytes) => self.log_encoded(entry, bytes, last_stamp),
+            Ok(bytes) => self.log_encoded(entry, bytes, (last_stamp, gathered.ends.len())),
             Err(error) => Err(error),
         };
         gathered.ticket.resolve(outcome.clone());
@@ -721,7 +736,7 @@ impl ShardActor {
             start = (events_end, keys_end);
             let entry = self.entry(command_events, command_keys);
             let bytes = self.encode(&entry)?;
-            last = Some(self.log_encoded(entry, bytes, stamp)?);
+            last = Some(self.log_encoded(entry, bytes, (stamp, 1))?);
         }
         last.ok_or_else(|| self.fail("a gathered record held no command".into()))
     }
@@ -985,6 +1000,7 @@ impl Handler<ExecuteDirectory> for ShardActor {
             idempotency: Vec::new(),
         };
         let ticket = self.append(&entry)?;
+        self.count_logged(1);
         Ok(Durable {
             value: Ok(created),
             ticket: Ticket::Logged(ticket),
@@ -1171,11 +1187,12 @@ impl ShardActor {
         &mut self,
         events: Vec<crate::shard::event::Event>,
         idempotency: Option<IdempotencyRecord>,
+        commands: usize,
     ) -> Result<Option<wal::Append>, EngineError> {
         if events.is_empty() && idempotency.is_none() {
             return Ok(None);
         }
-        self.log(events, idempotency.into_iter().collect())
+        self.log(events, idempotency.into_iter().collect(), commands.max(1))
             .map(Some)
     }
 }
@@ -1215,7 +1232,7 @@ impl Handler<ExecuteBatch> for ShardActor {
             failed,
             response,
         };
-        match self.log_batch(events, idempotency)? {
+        match self.log_batch(events, idempotency, message.commands.len())? {
             Some(ticket) => Ok(Durable {
                 value: executed,
                 ticket: Ticket::Logged(ticket),
@@ -1245,7 +1262,7 @@ impl Handler<LogAnswer> for ShardActor {
         if response.is_some() {
             record.at_ms = self.clock.now_ms();
         }
-        match self.log_batch(Vec::new(), Some(record))? {
+        match self.log_batch(Vec::new(), Some(record), 1)? {
             Some(ticket) => Ok(Durable {
                 value: response,
                 ticket: Ticket::Logged(ticket),

@@ -30,7 +30,9 @@ pub struct EngineConfig {
     pub coalesce_max: usize,
     /// How often each shard expires overdue holds.
     pub hold_tick: Duration,
-    /// Take a snapshot after this many records since the last one (0: only on demand).
+    /// Take a snapshot after this many commands logged since the last one, a coalesced record
+    /// counting each of its commands and a batch each of its items (0: only on demand). Named
+    /// when a record held one command.
     pub snapshot_every_records: u64,
     /// What the WAL writes through: the real file system, or a test's (to hold back fsyncs).
     pub file_system: WalFileSystem,

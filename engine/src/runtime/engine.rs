@@ -41,7 +41,10 @@ pub(crate) struct Inner {
     pub(crate) history: History,
     pub(crate) store: Arc<HistoryStore>,
     pub(crate) indexer: Mutex<Option<JoinHandle<()>>>,
-    /// Records appended at the last snapshot, to trigger the next.
+    /// Commands the shards logged since the engine opened (a record a shard gathered counts
+    /// each of its commands, a batch each of its items): periodic snapshots are paced by it.
+    pub(crate) commands_logged: Arc<std::sync::atomic::AtomicU64>,
+    /// Where the last snapshot stands, to trigger the next.
     pub(crate) snapshot_state: Mutex<SnapshotState>,
     /// Woken whenever a snapshot finishes (taken or failed): [`Engine::snapshot_when_free`].
     pub(crate) snapshot_finished: tokio::sync::Notify,
@@ -120,6 +123,11 @@ pub(crate) enum Claimed {
 #[derive(Default)]
 pub(crate) struct SnapshotState {
     pub(crate) last_lsn: u64,
+    /// [`Inner::commands_logged`] when the newest snapshot that succeeded was claimed: periodic
+    /// snapshots come every `snapshot_every_records` commands after it.
+    pub(crate) commands_at_last: u64,
+    /// [`Inner::commands_logged`] when the running snapshot was claimed.
+    pub(crate) commands_at_claim: u64,
     pub(crate) running: bool,
     /// Periodic attempts that failed in a row (0 after a success).
     pub(crate) failures: u32,

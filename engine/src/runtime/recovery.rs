@@ -895,9 +895,11 @@ fn start(
         .map_err(|e| OpenError::Start(format!("spawn the history compactor: {e}")))?;
     let capacity = config.mailbox_capacity;
     let hold_tick = config.hold_tick;
+    let commands_logged = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let coalesce = super::actor::Coalesce {
         commands_max: config.coalesce_max,
         record_bytes_max: config.wal.record_bytes_max as usize,
+        commands_logged: Arc::clone(&commands_logged),
     };
     let actor_history = history.clone();
     let actor_store: Arc<dyn crate::shard::cold::ColdHistory> = store.clone();
@@ -928,7 +930,7 @@ fn start(
                     hold_tick,
                     Arc::clone(&actor_failure),
                     Some(actor_history.clone()),
-                    coalesce,
+                    coalesce.clone(),
                 );
                 addrs.push(ShardActor::start_in_arbiter(
                     &arbiter.handle(),
@@ -977,8 +979,11 @@ fn start(
             indexer: Mutex::new(Some(indexer)),
             wallet_scopes: dashmap::DashMap::new(),
             quarantined: Mutex::new(Vec::new()),
+            commands_logged,
             snapshot_state: Mutex::new(SnapshotState {
                 last_lsn,
+                commands_at_last: 0,
+                commands_at_claim: 0,
                 running: false,
                 failures: 0,
                 retry_at_ms: i64::MIN,

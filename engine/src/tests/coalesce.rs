@@ -376,3 +376,45 @@ async fn reads_queued_behind_a_gathered_command_flush_it_after_coalesce_max_mess
         "the first deposit's record waited for 4 messages, not 12"
     );
 }
+
+/// Periodic snapshots are paced by commands, not records: twenty commands in one record count
+/// twenty toward `snapshot_every_records`. Counted in records, coalescing made snapshots ~6
+/// times rarer under load, and the log and a restart's replay ~6 times longer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn snapshots_are_paced_by_commands_not_records() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = config(dir.path(), 32);
+    config.snapshot_every_records = 20;
+    let engine = open(config);
+    let wallet_id = wallet(&engine).await;
+    let counted = || {
+        engine
+            .inner
+            .commands_logged
+            .load(std::sync::atomic::Ordering::Relaxed)
+    };
+    let (lsn_before, counted_before) = (engine.inner.wal.last_lsn(), counted());
+    let (release, parked) = park_shard(&engine).await;
+    let answers: Vec<_> = (0..19)
+        .map(|n| queue(&engine, described_deposit(wallet_id, n), None))
+        .collect();
+    release.send(()).unwrap();
+    parked.await.unwrap();
+    for answer in answers {
+        answer.await.unwrap().result.unwrap();
+    }
+    assert_eq!(engine.inner.wal.last_lsn(), lsn_before + 1, "one record");
+    assert_eq!(counted() - counted_before, 19, "nineteen commands");
+    let due = |engine: &Engine| {
+        let state = engine.inner.snapshot_state.lock().unwrap();
+        crate::runtime::snapshot::periodic_snapshot_due(
+            &state,
+            counted(),
+            20,
+            engine.inner.clock.now_ms(),
+        )
+    };
+    // The wallet's creation and nineteen deposits: twenty commands, in two records.
+    assert!(due(&engine), "twenty commands since the engine opened");
+    let _ = engine.shutdown();
+}
