@@ -117,6 +117,35 @@ fn described_deposit(wallet_id: WalletId, n: usize) -> Command {
     deposit(wallet_id, Some(format!("coalesced deposit {n}")))
 }
 
+/// Queues `count` deposits into `wallet_id` behind the parked shard (the n-th under `keys[n]`
+/// when keys are given), lets the shard go, and answers each deposit's result once durable.
+async fn deposits_found_queued(
+    engine: &Engine,
+    wallet_id: WalletId,
+    count: usize,
+    keys: Option<&[IdempotencyKey]>,
+) -> Vec<crate::runtime::actor::Executed> {
+    let (release, parked) = park_shard(engine).await;
+    let answers: Vec<_> = (0..count)
+        .map(|n| {
+            let key = keys.map(|keys| &keys[n]);
+            queue(engine, described_deposit(wallet_id, n), key)
+        })
+        .collect();
+    release.send(()).unwrap();
+    parked.await.unwrap();
+    let mut executed = Vec::with_capacity(count);
+    for answer in answers {
+        let answer = answer.await.unwrap();
+        assert!(
+            matches!(answer.result, Ok(Outcome::Transaction(_))),
+            "{answer:?}"
+        );
+        executed.push(answer);
+    }
+    executed
+}
+
 /// The log's records after `after`, decoded, with their version bytes.
 fn records_after(config: &EngineConfig, after: u64) -> Vec<(u8, JournalEntry)> {
     let mut records = Vec::new();
@@ -151,18 +180,7 @@ async fn queued_deposits_logged_in(config: EngineConfig, count: usize) -> (Vec<u
     let engine = open(config.clone());
     let wallet_id = wallet(&engine).await;
     let before = engine.inner.wal.last_lsn();
-    let (release, parked) = park_shard(&engine).await;
-    let answers: Vec<_> = (0..count)
-        .map(|n| queue(&engine, described_deposit(wallet_id, n), None))
-        .collect();
-    release.send(()).unwrap();
-    parked.await.unwrap();
-    for answer in answers {
-        assert!(matches!(
-            answer.await.unwrap().result,
-            Ok(Outcome::Transaction(_))
-        ));
-    }
+    deposits_found_queued(&engine, wallet_id, count, None).await;
     assert_eq!(balance(&engine, wallet_id).await, Decimal::from(5 * count));
     let _ = engine.shutdown();
     let records = records_after(&config, before)
@@ -180,21 +198,12 @@ async fn keyed_commands_found_queued_share_one_record_and_replay_their_answers_a
     let wallet_id = wallet(&engine).await;
     let before = engine.inner.wal.last_lsn();
 
-    let (release, parked) = park_shard(&engine).await;
     let keys: Vec<IdempotencyKey> = (0..20).map(|n| key(&format!("k{n}"))).collect();
-    let answers: Vec<_> = keys
-        .iter()
-        .enumerate()
-        .map(|(n, key)| queue(&engine, described_deposit(wallet_id, n), Some(key)))
+    let responses: Vec<Vec<u8>> = deposits_found_queued(&engine, wallet_id, 20, Some(&keys))
+        .await
+        .into_iter()
+        .map(|executed| executed.response.unwrap())
         .collect();
-    release.send(()).unwrap();
-    parked.await.unwrap();
-    let mut responses = Vec::new();
-    for answer in answers {
-        let executed = answer.await.unwrap();
-        assert!(matches!(executed.result, Ok(Outcome::Transaction(_))));
-        responses.push(executed.response.unwrap());
-    }
     let _ = engine.shutdown();
 
     let records = records_after(&config, before);
@@ -248,15 +257,7 @@ async fn a_gathered_record_larger_than_the_log_takes_is_logged_command_by_comman
     let engine = open(config.clone());
     let held = engine.inner.history.hold_filing();
     let before = engine.inner.wal.last_lsn();
-    let (release, parked) = park_shard(&engine).await;
-    let answers: Vec<_> = (0..20)
-        .map(|n| queue(&engine, described_deposit(wallet_id, n), None))
-        .collect();
-    release.send(()).unwrap();
-    parked.await.unwrap();
-    for answer in answers {
-        answer.await.unwrap().result.unwrap();
-    }
+    deposits_found_queued(&engine, wallet_id, 20, None).await;
     let unfiled = engine
         .addr(0)
         .unwrap()
@@ -394,15 +395,7 @@ async fn snapshots_are_paced_by_commands_not_records() {
             .load(std::sync::atomic::Ordering::Relaxed)
     };
     let (lsn_before, counted_before) = (engine.inner.wal.last_lsn(), counted());
-    let (release, parked) = park_shard(&engine).await;
-    let answers: Vec<_> = (0..19)
-        .map(|n| queue(&engine, described_deposit(wallet_id, n), None))
-        .collect();
-    release.send(()).unwrap();
-    parked.await.unwrap();
-    for answer in answers {
-        answer.await.unwrap().result.unwrap();
-    }
+    deposits_found_queued(&engine, wallet_id, 19, None).await;
     assert_eq!(engine.inner.wal.last_lsn(), lsn_before + 1, "one record");
     assert_eq!(counted() - counted_before, 19, "nineteen commands");
     let due = |engine: &Engine| {
