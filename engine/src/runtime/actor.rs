@@ -4,15 +4,17 @@
 //! it handles one at a time; hosting many wallets in one shard actor (a `HashMap` inside [`Shard`])
 //! costs 86 B a wallet instead of ~900 B for an actix actor each (notes/dependencies.md §1).
 //!
-//! A command runs in three steps, all inside one handler call so nothing interleaves:
-//! decide and apply in memory; hand the encoded [`JournalEntry`] to the WAL (which assigns its LSN
-//! and fixes the shard's order); then answer at once with a [`Durable`]: the result sealed with the
-//! WAL ticket of that LSN, which only the ticket's resolution opens. The shard goes on to the next
+//! A command runs in three steps: decide and apply in memory, inside one handler call so nothing
+//! interleaves; hand the encoded [`JournalEntry`] to the WAL (which assigns its LSN and fixes the
+//! shard's order), alone or in a record shared with the commands queued behind it ("Coalesced
+//! records" below); then answer at once with a [`Durable`]: the result sealed with the WAL ticket
+//! of that record, which only the ticket's resolution opens. The shard goes on to the next
 //! command while earlier ones await their fsync (pipelining), and the caller awaits the ticket on
 //! its own thread, so the log's wake-up reaches the caller directly instead of passing back
 //! through the shard's thread. No answer escapes early: reads and rejections are sealed with the
-//! ticket of every record the shard had appended when it computed them (`last_lsn`), so no
-//! response shows state that is not yet durable (ARCHITECTURE.md invariants 1 and 2).
+//! ticket of every record the shard had appended when it computed them (`last_lsn`), and of the
+//! record it is gathering, so no response shows state that is not yet durable (ARCHITECTURE.md
+//! invariants 1 and 2).
 //!
 //! If the WAL refuses an append after the state was changed in memory (it was poisoned), the
 //! shard's memory is ahead of its log; the shard then refuses everything until the process
