@@ -100,34 +100,32 @@ fn main() {
         (2, wal::FsyncPolicy::Never, COALESCE_MAX_DEFAULT, ""),
     ];
     for (shards, fsync, coalesce_max, suffix) in points {
+        let point = format!("s{shards}-{}{suffix}", fsync_name(fsync));
+        if only
+            .as_deref()
+            .is_some_and(|only| !only.split(',').any(|one| one == point))
         {
-            let point = format!("s{shards}-{}{suffix}", fsync_name(fsync));
-            if only
-                .as_deref()
-                .is_some_and(|only| !only.split(',').any(|one| one == point))
-            {
-                continue;
-            }
-            // This point's own baselines: the disk and the bare log, just before it.
-            let raw_syncs_per_second = raw_rate(&mut raw, 4096, BASELINE_RUN);
-            let bare_wal_per_second = bare_wal_rate(fsync, callers, DEPOSIT_RECORD_BYTES);
-            eprintln!(
-                "  {point}: raw {raw_syncs_per_second:.0} syncs/s, bare WAL \
-                 {bare_wal_per_second:.0} records/s"
-            );
-            let mut measured = measure(
-                (shards, fsync, coalesce_max),
-                wallets,
-                callers,
-                run_time,
-                &point,
-            );
-            for row in &mut measured {
-                row.raw_syncs_per_second = raw_syncs_per_second;
-                row.bare_wal_per_second = bare_wal_per_second;
-            }
-            rows.extend(measured);
+            continue;
         }
+        // This point's own baselines: the disk and the bare log, just before it.
+        let raw_syncs_per_second = raw_rate(&mut raw, 4096, BASELINE_RUN);
+        let bare_wal_per_second = bare_wal_rate(fsync, callers, DEPOSIT_RECORD_BYTES);
+        eprintln!(
+            "  {point}: raw {raw_syncs_per_second:.0} syncs/s, bare WAL \
+             {bare_wal_per_second:.0} records/s"
+        );
+        let mut measured = measure(
+            (shards, fsync, coalesce_max),
+            wallets,
+            callers,
+            run_time,
+            &point,
+        );
+        for row in &mut measured {
+            row.raw_syncs_per_second = raw_syncs_per_second;
+            row.bare_wal_per_second = bare_wal_per_second;
+        }
+        rows.extend(measured);
     }
     let raw_after = raw_rate(&mut raw, 4096, Duration::from_secs(1));
 
