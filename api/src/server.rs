@@ -337,10 +337,15 @@ async fn route_and_run(
     };
     // The handler runs in its own task: past the timeout the client is told so, and the handler
     // still runs to its end (a command is never cut in half; a retry with the same
-    // Idempotency-Key gets its answer).
+    // Idempotency-Key gets its answer). The handler's future is boxed: it is as large as the
+    // largest route's, and spawning it unboxed copied all of it several times on the way into
+    // the task (~5 % of the HTTP threads' samples, in `memmove`; BENCHMARKS.md, "Lazy legacy
+    // fingerprints and boxed handler tasks").
     let handler = {
         let app = app.clone();
-        tokio::spawn(async move { handlers::dispatch(&app, call).await })
+        tokio::spawn(Box::pin(
+            async move { handlers::dispatch(&app, call).await },
+        ))
     };
     let handled = match tokio::time::timeout(app.handler_timeout, handler).await {
         Ok(Ok(handled)) => handled,

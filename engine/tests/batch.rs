@@ -404,7 +404,7 @@ async fn a_batch_too_large_for_one_record_is_split_or_refused_never_logged_whole
         caller: "customer:1".into(),
         key: "long-batch".into(),
         fingerprint: [7; 32],
-        legacy_fingerprint: None,
+        legacy: None,
         route: 0,
     };
     let refused = engine

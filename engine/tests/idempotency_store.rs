@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use engine::ledger::wallet::{OwnerType, WalletType};
 use engine::runtime::clock::SeededClock;
-use engine::runtime::{Engine, EngineConfig, EngineError, IdempotencyKey, Renderer};
+use engine::runtime::{Engine, EngineConfig, EngineError, IdempotencyKey, LegacyRequest, Renderer};
 use engine::shard::command::{CreateWallet, Details, MoneyMove, Refund, TransferArgs};
 use engine::{Command, Currency, Outcome, Rejection, WalletId};
 use rust_decimal::Decimal;
@@ -79,7 +79,7 @@ fn key(name: &str, fingerprint: u8) -> IdempotencyKey {
         caller: "customer:1".into(),
         key: name.into(),
         fingerprint: [fingerprint; 32],
-        legacy_fingerprint: None,
+        legacy: None,
         route: 4,
     }
 }
@@ -166,6 +166,71 @@ async fn answers_leave_memory_once_filed_and_retries_replay_them_from_the_store(
     for wallet in &ws {
         assert_eq!(balance(&engine, *wallet).await, Decimal::from(75));
     }
+    engine.shutdown().unwrap();
+}
+
+/// A key answered by the release before the canonical fingerprint (its answer carries that
+/// release's digest) still replays, from memory and from the store, for a retry whose key
+/// carries the request as that release saw it ([`LegacyRequest`]); another request under the
+/// key is refused, and nothing runs twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_answered_under_the_legacy_fingerprint_replays_from_memory_and_from_the_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(SeededClock::new(43, 1_700_000_000_000));
+    let engine = open(dir.path(), 1, clock);
+    let ws = wallets(&engine, 1).await;
+    let legacy = LegacyRequest {
+        operation: "deposit",
+        params: vec![("walletId".into(), ws[0].0.to_string())],
+    };
+    let retry = |name: &str| IdempotencyKey {
+        legacy: Some(legacy.clone()),
+        ..key(name, 1)
+    };
+    let mut answers = Vec::new();
+    for name in ["in-memory", "in-store"] {
+        // What the previous release stored: its own digest as the answer's fingerprint.
+        let old = IdempotencyKey {
+            fingerprint: legacy.fingerprint(&deposit(ws[0], 5)),
+            ..key(name, 0)
+        };
+        let reply = engine
+            .execute_idempotent(deposit(ws[0], 5), old)
+            .await
+            .unwrap();
+        assert!(!reply.replayed);
+        answers.push(reply.response);
+        if name == "in-memory" {
+            let again = engine
+                .execute_idempotent(deposit(ws[0], 5), retry(name))
+                .await
+                .unwrap();
+            assert!(again.replayed, "{name}");
+            assert_eq!(again.response, answers[0]);
+        }
+    }
+    filed(&engine).await;
+    assert_eq!(engine.idempotency_keys_held(), 0);
+    let again = engine
+        .execute_idempotent(deposit(ws[0], 5), retry("in-store"))
+        .await
+        .unwrap();
+    assert!(again.replayed, "from the store");
+    assert_eq!(again.response, answers[1]);
+    for name in ["in-memory", "in-store"] {
+        assert_eq!(
+            engine
+                .execute_idempotent(deposit(ws[0], 6), retry(name))
+                .await,
+            Err(EngineError::IdempotencyKeyReused),
+            "{name}: another amount under the key"
+        );
+    }
+    assert_eq!(
+        balance(&engine, ws[0]).await,
+        Decimal::from(10),
+        "nothing ran twice"
+    );
     engine.shutdown().unwrap();
 }
 

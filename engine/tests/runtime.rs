@@ -329,7 +329,7 @@ async fn idempotency_replays_the_first_answer_across_restarts() {
         caller: "employee:1".into(),
         key: name.into(),
         fingerprint: [fingerprint; 32],
-        legacy_fingerprint: None,
+        legacy: None,
         route: 7,
     };
     let first = engine
@@ -403,7 +403,7 @@ async fn idempotent_cross_shard_transfer_answers_once_and_replays() {
         caller: "customer:1".into(),
         key: "t-1".into(),
         fingerprint: [5; 32],
-        legacy_fingerprint: None,
+        legacy: None,
         route: 3,
     };
     let first = engine

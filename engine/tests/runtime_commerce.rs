@@ -151,7 +151,7 @@ async fn a_keyed_cross_shard_confirm_replays_its_answer_across_restarts() {
         caller: "customer:1".into(),
         key: "confirm-1".into(),
         fingerprint: [7; 32],
-        legacy_fingerprint: None,
+        legacy: None,
         route: 3,
     };
     let confirm = || Command::ConfirmPayment {

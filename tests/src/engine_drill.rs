@@ -95,7 +95,7 @@ pub fn idempotency_key(op: &Op) -> IdempotencyKey {
         caller: "drill".into(),
         key: op.id.clone(),
         fingerprint,
-        legacy_fingerprint: None,
+        legacy: None,
         route: 1,
     }
 }

@@ -115,7 +115,7 @@ pub async fn transfer_batch(app: &SharedApp, call: &Call) -> Handled {
         caller,
         key,
         fingerprint: fingerprint.finalize().into(),
-        legacy_fingerprint: None,
+        legacy: None,
         route: call.op.index(),
     };
     let reply = app

@@ -7,11 +7,10 @@ use std::net::SocketAddr;
 use bytes::Bytes;
 use engine::ledger::wallet::{OwnerType, WalletType};
 use engine::runtime::owner_shard;
-use engine::runtime::{EngineError, IdempotencyKey, WalletScope};
+use engine::runtime::{EngineError, IdempotencyKey, LegacyRequest, WalletScope};
 use engine::{Command, Currency, Rejection, Uuid, WalletId};
 use hyper::{HeaderMap, StatusCode};
 use serde::de::DeserializeOwned;
-use sha2::{Digest, Sha256};
 
 use crate::app::SharedApp;
 use crate::auth::{Principal, Scope};
@@ -260,28 +259,14 @@ pub fn idempotency_key(
             &call.params,
             command,
         ),
-        legacy_fingerprint: Some(legacy_fingerprint(call, command)),
+        legacy: Some(LegacyRequest {
+            operation,
+            params: call.params.clone(),
+        }),
         caller,
         key,
         route: call.op.index(),
     })
-}
-
-/// The fingerprint the release before the canonical one computed: the operation, its path
-/// parameters and the command's `Debug` text. Only for retries of keys that release answered
-/// (see `IdempotencyKey::legacy_fingerprint`); remove with it.
-fn legacy_fingerprint(call: &Call, command: &Command) -> [u8; 32] {
-    let mut hasher = Sha256::new();
-    hasher.update(call.op.route().operation_id.as_bytes());
-    for (name, value) in &call.params {
-        hasher.update(b"\0");
-        hasher.update(name.as_bytes());
-        hasher.update(b"=");
-        hasher.update(value.as_bytes());
-    }
-    hasher.update(b"\0");
-    hasher.update(format!("{command:?}").as_bytes());
-    hasher.finalize().into()
 }
 
 /// Checks the caller may use wallet `wallet_id` at `call.op`'s tier. Reads only facts that never

@@ -263,7 +263,7 @@ async fn deliver(app: &SharedApp, call: &Call, provider: &'static str) -> Handle
     // The event id is the key; every delivery of it is the same request, whatever its body.
     let key = IdempotencyKey {
         fingerprint: Sha256::digest(event.id.as_bytes()).into(),
-        legacy_fingerprint: None,
+        legacy: None,
         caller: format!("webhook:{provider}"),
         key: event.id.clone(),
         route: call.op.index(),

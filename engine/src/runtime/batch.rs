@@ -243,7 +243,8 @@ impl Engine {
         atomic: bool,
         key: IdempotencyKey,
     ) -> Result<Reply, EngineError> {
-        let (guard, record) = match self.claim(&key)? {
+        // Batches came after the canonical fingerprint: no previous release answered one.
+        let (guard, record) = match self.claim(&key, &|| None)? {
             Claimed::Answered(reply) => return Ok(reply),
             Claimed::Fresh(guard, record) => (guard, record),
         };

@@ -278,8 +278,14 @@ impl Engine {
 
     /// Claims `key` for a new request, or answers it: a replay of the stored answer (from memory
     /// or from the store), or why the key cannot be used now. The guard releases the claim on
-    /// every path on which the command leaves no record.
-    pub(crate) fn claim(&self, key: &IdempotencyKey) -> Result<Claimed, EngineError> {
+    /// every path on which the command leaves no record. `legacy` is the previous release's
+    /// fingerprint of the request, computed only if a stored answer's differs from the canonical
+    /// one.
+    pub(crate) fn claim(
+        &self,
+        key: &IdempotencyKey,
+        legacy: &dyn Fn() -> Option<[u8; 32]>,
+    ) -> Result<Claimed, EngineError> {
         let table = &self.inner.idempotency;
         let cutoff_ms = self
             .inner
@@ -290,7 +296,7 @@ impl Engine {
             &key.caller,
             &key.key,
             key.fingerprint,
-            key.legacy_fingerprint,
+            legacy,
             self.inner.wal.durable_lsn(),
             cutoff_ms,
         ) {
@@ -317,11 +323,7 @@ impl Engine {
             })?;
         if let Some(filed) = filed.filter(|filed| filed.at_ms >= cutoff_ms) {
             table.abandon(&key.caller, &key.key);
-            return if same_request(
-                &filed.fingerprint,
-                &key.fingerprint,
-                key.legacy_fingerprint.as_ref(),
-            ) {
+            return if same_request(&filed.fingerprint, &key.fingerprint, legacy) {
                 Ok(Claimed::Answered(Reply {
                     response: filed.response,
                     replayed: true,
@@ -359,7 +361,12 @@ impl Engine {
         // record (a refusal before the log, a dropped message, a panic), and the command runs in
         // its own task, so a client that hangs up neither stops it halfway nor leaves the key
         // `in progress` (ARCHITECTURE.md invariant 11).
-        let (guard, record) = match self.claim(&key)? {
+        let legacy = || {
+            key.legacy
+                .as_ref()
+                .map(|legacy| legacy.fingerprint(&command))
+        };
+        let (guard, record) = match self.claim(&key, &legacy)? {
             Claimed::Answered(reply) => return Ok(reply),
             Claimed::Fresh(guard, record) => (guard, record),
         };
@@ -402,7 +409,8 @@ impl Engine {
         F: std::future::Future<Output = Result<T, EngineError>> + Send + 'static,
     {
         match tokio::runtime::Handle::try_current() {
-            Ok(runtime) => runtime.spawn(work).await.map_err(|error| {
+            // Boxed, so the task takes a pointer rather than copies of the whole future.
+            Ok(runtime) => runtime.spawn(Box::pin(work)).await.map_err(|error| {
                 EngineError::Unavailable(format!("the command's task failed: {error}"))
             })?,
             Err(_) => self.detached(0, work).await,

@@ -31,10 +31,15 @@ use super::journal::IdempotencyRecord;
 /// How long an answered key is kept by default (`--idempotency-retention`).
 pub const RETENTION_MS: i64 = 24 * 60 * 60 * 1000;
 
-/// True when a stored `fingerprint` matches a request's (or the previous release's digest of it).
+/// True when a stored `fingerprint` matches a request's, or the previous release's digest of it
+/// (`legacy`, asked only when the canonical one differs: see [`super::LegacyRequest`]).
 #[must_use]
-pub fn same_request(stored: &[u8; 32], fingerprint: &[u8; 32], legacy: Option<&[u8; 32]>) -> bool {
-    stored == fingerprint || legacy == Some(stored)
+pub fn same_request(
+    stored: &[u8; 32],
+    fingerprint: &[u8; 32],
+    legacy: &dyn Fn() -> Option<[u8; 32]>,
+) -> bool {
+    stored == fingerprint || legacy().as_ref() == Some(stored)
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -84,23 +89,23 @@ impl IdempotencyTable {
     /// Claims `key` for `caller`'s request with `fingerprint`, or says why not. `durable_lsn` is
     /// the log's durable watermark: an answer above it is not shown yet.
     pub fn begin(&self, caller: &str, key: &str, fingerprint: [u8; 32], durable_lsn: u64) -> Begin {
-        self.begin_matching(caller, key, fingerprint, None, durable_lsn, i64::MIN)
+        self.begin_matching(caller, key, fingerprint, &|| None, durable_lsn, i64::MIN)
     }
 
-    /// [`IdempotencyTable::begin`], where a stored key also matches `legacy` (the fingerprint
-    /// the previous release computed for the same request, see
-    /// [`super::IdempotencyKey::legacy_fingerprint`]). An answer decided before `cutoff_ms`
+    /// [`IdempotencyTable::begin`], where a stored key also matches what `legacy` answers (the
+    /// fingerprint the previous release computed for the same request, asked only when the
+    /// canonical one differs; see [`super::LegacyRequest`]). An answer decided before `cutoff_ms`
     /// (the retention window's start) is expired: the key is claimed afresh.
     pub fn begin_matching(
         &self,
         caller: &str,
         key: &str,
         fingerprint: [u8; 32],
-        legacy: Option<[u8; 32]>,
+        legacy: &dyn Fn() -> Option<[u8; 32]>,
         durable_lsn: u64,
         cutoff_ms: i64,
     ) -> Begin {
-        let same = |stored: &[u8; 32]| same_request(stored, &fingerprint, legacy.as_ref());
+        let same = |stored: &[u8; 32]| same_request(stored, &fingerprint, legacy);
         match self.slots.entry((caller.to_owned(), key.to_owned())) {
             Entry::Vacant(vacant) => {
                 vacant.insert(Slot::InFlight { fingerprint });

@@ -57,7 +57,8 @@ pub(crate) mod snapshot;
 
 pub use self::archive::ArchiveReplay;
 pub use self::config::{
-    EngineConfig, EngineError, IdempotencyKey, Renderer, Reply, WalFileSystem, RECORD_BYTES_MAX,
+    EngineConfig, EngineError, IdempotencyKey, LegacyRequest, Renderer, Reply, WalFileSystem,
+    RECORD_BYTES_MAX,
 };
 pub use self::engine::{Engine, WalletScope};
 pub use self::recovery::{

@@ -17,7 +17,7 @@ fn key(name: &str) -> IdempotencyKey {
         caller: "customer:1".into(),
         key: name.into(),
         fingerprint: [3; 32],
-        legacy_fingerprint: None,
+        legacy: None,
         route: 2,
     }
 }

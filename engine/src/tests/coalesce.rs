@@ -77,7 +77,7 @@ fn key(name: &str) -> IdempotencyKey {
         caller: "customer:1".into(),
         key: name.into(),
         fingerprint: [1; 32],
-        legacy_fingerprint: None,
+        legacy: None,
         route: 1,
     }
 }
@@ -89,7 +89,7 @@ fn queue(
     key: Option<&IdempotencyKey>,
 ) -> impl std::future::Future<Output = Result<crate::runtime::actor::Executed, EngineError>> {
     let (guard, claim): (Option<ClaimGuard>, Option<Claim>) = match key {
-        Some(key) => match engine.claim(key).unwrap() {
+        Some(key) => match engine.claim(key, &|| None).unwrap() {
             Claimed::Fresh(guard, record) => (
                 Some(guard),
                 Some(Claim {

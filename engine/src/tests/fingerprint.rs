@@ -100,11 +100,78 @@ fn issue_16_a_key_stored_with_the_legacy_fingerprint_still_matches_its_retry() {
         Begin::Reused
     ));
     assert!(matches!(
-        table.begin_matching("customer:7", "k", canonical, Some(legacy), 10, i64::MIN),
+        table.begin_matching("customer:7", "k", canonical, &|| Some(legacy), 10, i64::MIN),
         Begin::Replay(answer) if answer == b"answer"
     ));
     assert!(matches!(
-        table.begin_matching("customer:7", "k", canonical, Some([1; 32]), 10, i64::MIN),
+        table.begin_matching(
+            "customer:7",
+            "k",
+            canonical,
+            &|| Some([1; 32]),
+            10,
+            i64::MIN
+        ),
         Begin::Reused
     ));
+}
+
+/// The previous release's fingerprint is SHA-256 over the operation, each path parameter and
+/// the command's `Debug` text, as that release computed it in the API; a retry of a key it
+/// answered matches through it.
+#[test]
+fn the_legacy_fingerprint_hashes_what_the_previous_release_hashed() {
+    use sha2::{Digest, Sha256};
+    let command = deposit("1");
+    let legacy = crate::runtime::LegacyRequest {
+        operation: "deposit",
+        params: path(),
+    };
+    let mut hasher = Sha256::new();
+    hasher.update(b"deposit\0walletId=42\0");
+    hasher.update(format!("{command:?}").as_bytes());
+    let expected: [u8; 32] = hasher.finalize().into();
+    assert_eq!(legacy.fingerprint(&command), expected);
+}
+
+/// The legacy fingerprint is asked for only when a stored answer's fingerprint is not the
+/// canonical one: a fresh key and a retry of a canonical answer never compute it.
+#[test]
+fn the_legacy_fingerprint_is_computed_only_when_the_canonical_one_differs() {
+    let table = IdempotencyTable::new();
+    let canonical = fingerprint("deposit", "customer:7", &path(), &deposit("1"));
+    let asked = std::cell::Cell::new(0u32);
+    let legacy = || {
+        asked.set(asked.get() + 1);
+        Some([9u8; 32])
+    };
+    assert!(matches!(
+        table.begin_matching("customer:7", "fresh", canonical, &legacy, 10, i64::MIN),
+        Begin::Fresh
+    ));
+    let record = |key: &str, fingerprint: [u8; 32]| crate::runtime::journal::IdempotencyRecord {
+        caller: "customer:7".into(),
+        key: key.into(),
+        fingerprint,
+        at_ms: 0,
+        route: 1,
+        response: Some(b"answer".to_vec()),
+        transfer_uuid: None,
+    };
+    table.record(&record("same", canonical), 5);
+    assert!(matches!(
+        table.begin_matching("customer:7", "same", canonical, &legacy, 10, i64::MIN),
+        Begin::Replay(_)
+    ));
+    assert_eq!(
+        asked.get(),
+        0,
+        "computed for a fresh key or a canonical match"
+    );
+    table.record(&record("old", [9; 32]), 6);
+    assert!(matches!(
+        table.begin_matching("customer:7", "old", canonical, &legacy, 10, i64::MIN),
+        Begin::Replay(_)
+    ));
+    assert_eq!(asked.get(), 1);
 }

@@ -62,7 +62,7 @@ pub(super) fn append_pending_key(
         caller: "customer:1".into(),
         key: "multi-step-1".into(),
         fingerprint: [5; 32],
-        legacy_fingerprint: None,
+        legacy: None,
         route: 40,
     };
     let pending = JournalEntry {
