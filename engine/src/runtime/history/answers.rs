@@ -616,26 +616,49 @@ mod tests {
         }
     }
 
-    /// A store of key layout 2 (before answers by digest) is marked 3 on open, which a walletd
-    /// from before refuses; a layout this build does not know is refused.
+    /// A store of key layout 2 (before answers by digest) or 3 (with `counts`) is marked 4 on
+    /// open and its `counts` keyspace dropped, which a walletd from before refuses; a layout
+    /// this build does not know is refused.
     #[test]
-    fn the_store_is_marked_with_the_answers_layout_and_refuses_an_unknown_one() {
-        use crate::runtime::history::epochs::{LAYOUT, LAYOUT_ANSWERS};
+    fn the_store_is_marked_with_the_current_layout_and_refuses_an_unknown_one() {
+        use crate::runtime::history::epochs::{LAYOUT, LAYOUT_DERIVED_COUNTS};
         let dir = tempfile::tempdir().unwrap();
-        let store = HistoryStore::open(dir.path(), 1 << 20).unwrap();
+        let mut store = HistoryStore::open(dir.path(), 1 << 20).unwrap();
         let layout = |store: &HistoryStore| {
             store
                 .with(|open| Ok(open.meta.get(LAYOUT)?.map(|l| l.to_vec())))
                 .unwrap()
         };
-        assert_eq!(layout(&store), Some(vec![LAYOUT_ANSWERS]));
-        store
-            .with(|open| Ok(open.meta.insert(LAYOUT, [2])?))
-            .unwrap();
-        store.persist().unwrap();
-        store.close();
-        let store = HistoryStore::open(dir.path(), 1 << 20).unwrap();
-        assert_eq!(layout(&store), Some(vec![LAYOUT_ANSWERS]));
+        assert_eq!(layout(&store), Some(vec![LAYOUT_DERIVED_COUNTS]));
+        for older in [2u8, 3] {
+            store
+                .with(|open| Ok(open.meta.insert(LAYOUT, [older])?))
+                .unwrap();
+            store.persist().unwrap();
+            store.close();
+            {
+                // What that layout's walletd kept beside it.
+                let db = fjall::Database::builder(dir.path()).open().unwrap();
+                db.keyspace("counts", fjall::KeyspaceCreateOptions::default)
+                    .unwrap()
+                    .insert(7u64.to_be_bytes(), [0u8; 24])
+                    .unwrap();
+                db.persist(fjall::PersistMode::SyncAll).unwrap();
+            }
+            let reopened = HistoryStore::open(dir.path(), 1 << 20).unwrap();
+            assert_eq!(
+                layout(&reopened),
+                Some(vec![LAYOUT_DERIVED_COUNTS]),
+                "from {older}"
+            );
+            reopened
+                .with(|open| {
+                    assert!(!open.db.keyspace_exists("counts"), "from {older}");
+                    Ok(())
+                })
+                .unwrap();
+            store = reopened;
+        }
         store
             .with(|open| Ok(open.meta.insert(LAYOUT, [9])?))
             .unwrap();

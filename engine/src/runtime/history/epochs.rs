@@ -17,7 +17,7 @@
 //! holds          epoch(id) | wallet | hold id               -> Hold
 //! entry_times    epoch(t) | wallet | t | entry id           -> ()   t: created_at as a time key
 //! wallet_epochs  wallet | kind | epoch                      -> ()   the epochs a wallet has records in
-//! meta           "layout"                                   -> 3    this layout with answers by digest (2: before them; absent: wallet-first)
+//! meta           "layout"                                   -> 4    this layout, answers by digest, no `counts` (3: with `counts`; 2: before answers by digest; absent: wallet-first)
 //! ```
 //!
 //! A wallet's records are then one range per epoch it has records in, and `wallet_epochs`
@@ -51,7 +51,14 @@ const LAYOUT_EPOCHS: u8 = 2;
 /// Layout 2 with the idempotency answers by digest (`super::answers`). The records are keyed
 /// as in layout 2; the number changed so that a walletd from before refuses the store (it would
 /// open empty first-layout answer keyspaces beside the new ones and run retries again).
-pub(crate) const LAYOUT_ANSWERS: u8 = 3;
+const LAYOUT_ANSWERS: u8 = 3;
+/// Layout 3 without the `counts` keyspace: a wallet's counts come from the page directory
+/// ([`super::pages::count_of`]). The number changed so that a walletd from before refuses the
+/// store: it would read counts that are no longer written, and file page directory keys at
+/// the ordinals they give.
+pub(crate) const LAYOUT_DERIVED_COUNTS: u8 = 4;
+/// The keyspace layouts 2 and 3 kept a wallet's counts in, dropped on the way to layout 4.
+const COUNTS_KEYSPACE: &str = "counts";
 /// The `meta` key holding, from the mark until the wallet-first keyspaces are dropped, the
 /// `indexed_lsn` the copy covered.
 const COPIED_AT: &[u8] = b"layout_copied_at";
@@ -246,10 +253,11 @@ pub(crate) fn upgrade_layout(open: &Open) -> Result<(), StoreError> {
         .into_iter()
         .any(|name| open.db.keyspace_exists(name));
     match open.meta.get(LAYOUT)? {
-        Some(layout) if layout.as_ref() == [LAYOUT_ANSWERS] => {}
-        Some(layout) if layout.as_ref() == [LAYOUT_EPOCHS] => {
-            // Its answers' keyspaces were created by this open ([`super::answers`]).
-            open.meta.insert(LAYOUT, [LAYOUT_ANSWERS])?;
+        Some(layout) if layout.as_ref() == [LAYOUT_DERIVED_COUNTS] => {}
+        // Layout 2's answers' keyspaces were created by this open ([`super::answers`]); the
+        // counts of layouts 2 and 3 are dropped below, once the mark is synced.
+        Some(layout) if matches!(layout.as_ref(), [LAYOUT_EPOCHS | LAYOUT_ANSWERS]) => {
+            open.meta.insert(LAYOUT, [LAYOUT_DERIVED_COUNTS])?;
             open.db.persist(fjall::PersistMode::SyncData)?;
         }
         Some(layout) => {
@@ -264,12 +272,27 @@ pub(crate) fn upgrade_layout(open: &Open) -> Result<(), StoreError> {
             // keyspaces on its first open.
             let mut writes = open.db.batch();
             writes.insert(&open.meta, PAGES_COMPLETE, Vec::new());
-            writes.insert(&open.meta, LAYOUT, vec![LAYOUT_ANSWERS]);
+            writes.insert(&open.meta, LAYOUT, vec![LAYOUT_DERIVED_COUNTS]);
             writes.commit()?;
             open.db.persist(fjall::PersistMode::SyncData)?;
         }
     }
-    drop_wallet_first(open)
+    drop_wallet_first(open)?;
+    drop_counts(open)
+}
+
+/// Drops the `counts` keyspace of a store marked with layout 4 (no walletd that writes it opens
+/// such a store: each refuses a layout it does not know). A crash before the drop leaves it to
+/// the next open.
+fn drop_counts(open: &Open) -> Result<(), StoreError> {
+    if open.db.keyspace_exists(COUNTS_KEYSPACE) {
+        let counts = open
+            .db
+            .keyspace(COUNTS_KEYSPACE, fjall::KeyspaceCreateOptions::default)?;
+        open.db.delete_keyspace(counts)?;
+        tracing::info!("dropped the history store's counts: the page directory holds them");
+    }
+    Ok(())
 }
 
 /// The copy of a wallet-first store, then the mark.
@@ -327,7 +350,7 @@ fn copy_wallet_first(open: &Open) -> Result<(), StoreError> {
     copy.finish()?;
     let covered = open.meta.get(INDEXED_LSN)?.map(|lsn| lsn.to_vec());
     let mut writes = open.db.batch();
-    writes.insert(&open.meta, LAYOUT, vec![LAYOUT_ANSWERS]);
+    writes.insert(&open.meta, LAYOUT, vec![LAYOUT_DERIVED_COUNTS]);
     writes.insert(&open.meta, COPIED_AT, covered.unwrap_or_default());
     writes.commit()?;
     open.db.persist(fjall::PersistMode::SyncData)?;

@@ -25,9 +25,9 @@ use super::moves::MoveOverlay;
 use super::pages::{directory_key, starts_block, Paged};
 use super::report_days::{ReportBatch, Scope};
 use super::store::{
-    counts_in, decode, encode, key2, key3, link_writes, payment_writes, payout_writes,
-    settlement_writes, HistoryStore, Open, StoreError, Write, COMMERCE_COMPLETE, INDEXED_LSN,
-    LINKS_COMPLETE, SETTLEMENTS_COMPLETE,
+    counts_in, decode, encode, key2, link_writes, payment_writes, payout_writes, settlement_writes,
+    HistoryStore, Open, StoreError, Write, COMMERCE_COMPLETE, INDEXED_LSN, LINKS_COMPLETE,
+    SETTLEMENTS_COMPLETE,
 };
 use super::uuid_keys::UuidKeys;
 use crate::commerce::payment::{Payment, PaymentLink};
@@ -44,7 +44,8 @@ const CHAIN_HEADS_MAX: usize = 1 << 16;
 
 /// The indexer's memory between batches, so that filing needs no reads on the hot path: each
 /// recently written wallet's newest entry hash (the hash before its next entry), and each
-/// wallet's record counts as the store holds them.
+/// wallet's record counts as the store holds them (read once per wallet from the page
+/// directory, [`super::pages::count_of`]).
 #[derive(Default)]
 pub(crate) struct ChainHeads {
     heads: HashMap<u64, Hash>,
@@ -141,17 +142,12 @@ pub(crate) fn file_batch(
         if let Some(reports) = reports {
             reports.write(open, &mut writes)?;
         }
-        for (wallet, tally) in counts {
-            let next = tally.next;
-            writes.insert(
-                &open.counts,
-                wallet.to_be_bytes(),
-                key3(next.0, next.1, next.2).to_vec(),
-            );
-            heads.counts.insert(wallet, next);
-        }
         writes.insert(&open.meta, INDEXED_LSN, last_lsn.to_be_bytes().to_vec());
         writes.commit()?;
+        // The counts are not written: the page directory holds them ([`super::pages::count_of`]).
+        for (wallet, tally) in counts {
+            heads.counts.insert(wallet, tally.next);
+        }
         Ok(())
     });
     if result.is_err() {

@@ -60,6 +60,31 @@ pub(crate) fn starts_block(ordinal: u64) -> bool {
     ordinal.is_multiple_of(BLOCK)
 }
 
+/// How many records of `kind` `wallet` has: `BLOCK` for each block before its last directory
+/// key, plus the records from that key's id on (fewer than [`BLOCK`] in a complete directory,
+/// so one seek and under a thousand keys). Exact whenever that last key is (a block missing
+/// before it does not matter; one missing after it only makes the scan longer). The indexer
+/// used to write every touched wallet's counts in every batch, about one store item per
+/// request (BENCHMARKS.md, "Counts from the page directory").
+pub(crate) fn count_of(open: &Open, wallet: u64, kind: Paged) -> Result<u64, StoreError> {
+    let last = open
+        .pages
+        .range(directory_key(wallet, kind, 0)..=key3(wallet, kind as u64, u64::MAX))
+        .next_back();
+    let Some(last) = last else {
+        return Ok(0);
+    };
+    let (key, id) = last.into_inner()?;
+    let [_, _, block] = numbers::<3>("page directory key", &key)?;
+    let [first] = numbers::<1>("page directory id", &id)?;
+    let mut tail = 0u64;
+    for row in wallet_records(open, kind, wallet, (first, u64::MAX), false) {
+        row?;
+        tail += 1;
+    }
+    Ok(block.saturating_mul(BLOCK).saturating_add(tail))
+}
+
 /// The raw values of a page of `wallet`'s records of `kind`, newest first: `take` of them after
 /// skipping the `skip` newest, of `total`.
 pub(crate) fn newest_first_raw(
@@ -313,6 +338,31 @@ mod tests {
                     expected(total, skip, take),
                     "skip {skip} take {take}"
                 );
+            }
+        }
+    }
+
+    /// A wallet's count comes from its last directory key and the records after it: exact on
+    /// either side of a block boundary, and with a block's key missing before the last one.
+    #[test]
+    fn a_wallets_count_is_its_last_block_plus_the_records_after_it() {
+        for total in [0, 1, BLOCK - 1, BLOCK, BLOCK + 1, 3 * BLOCK + 17] {
+            let (_dir, store) = store_with(total, true);
+            let count =
+                |store: &HistoryStore| store.with(|open| count_of(open, 7, Paged::Entry)).unwrap();
+            assert_eq!(count(&store), total, "{total} records");
+            store
+                .with(|open| {
+                    assert_eq!(count_of(open, 7, Paged::Hold)?, 0, "another kind");
+                    assert_eq!(count_of(open, 9, Paged::Entry)?, 0, "another wallet");
+                    Ok(())
+                })
+                .unwrap();
+            if total > 2 * BLOCK {
+                store
+                    .with(|open| Ok(open.pages.remove(directory_key(7, Paged::Entry, BLOCK))?))
+                    .unwrap();
+                assert_eq!(count(&store), total, "block 1's key missing");
             }
         }
     }

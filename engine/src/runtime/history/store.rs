@@ -19,7 +19,6 @@
 //! wallet_epochs wallet | kind | epoch           -> ()            a wallet's epochs ([`super::epochs`])
 //! tx_uuids      uuid                            -> wallet | transaction id
 //! hold_uuids    uuid                            -> wallet | hold id
-//! counts        wallet                          -> transactions | entries | holds
 //! answers_by_digest, answers_by_lsn            idempotency answers ([`super::answers`])
 //! pages         wallet | kind | block           -> id            the page directory ([`super::pages`])
 //! report_days, report_subjects                  report aggregates ([`super::report_days`])
@@ -40,8 +39,8 @@
 //! ```
 //!
 //! An entry is stored with the hash of the entry before it, so a page of the statement shows each
-//! entry's `prev_hash` without a second lookup. `counts` makes a page's total O(1), and the page
-//! directory makes any page O(page), however deep.
+//! entry's `prev_hash` without a second lookup. The page directory makes any page O(page),
+//! however deep, and a wallet's count of each kind O(1) ([`super::pages::count_of`]).
 //!
 //! # Durability
 //!
@@ -58,7 +57,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use super::epochs::{entry_of_time_key, record_key, wallet_entry_times, wallet_records};
-use super::pages::{newest_first_raw, newest_merged_raw, Paged};
+use super::pages::{count_of, newest_first_raw, newest_merged_raw, Paged};
 use crate::commerce::payment::{Payment, PaymentLink, QrCode};
 use crate::commerce::payout::{Payout, Settlement, SettlementStatus};
 use crate::commerce::state::Commerce;
@@ -229,7 +228,6 @@ pub(crate) struct Open {
     pub(crate) wallet_epochs: fjall::Keyspace,
     pub(crate) tx_uuids: fjall::Keyspace,
     pub(crate) hold_uuids: fjall::Keyspace,
-    pub(crate) counts: fjall::Keyspace,
     /// `answers_by_digest` ([`super::answers`]).
     pub(crate) answers: fjall::Keyspace,
     /// `answers_by_lsn`, the purge's index.
@@ -272,7 +270,6 @@ impl Open {
             (&self.wallet_epochs, SMALL),
             (&self.tx_uuids, LARGE),
             (&self.hold_uuids, LARGE),
-            (&self.counts, SMALL),
             (&self.answers, LARGE),
             (&self.answer_lsns, SMALL),
             (&self.pages, SMALL),
@@ -398,7 +395,6 @@ impl HistoryStore {
             wallet_epochs: keyspace("wallet_epochs")?,
             tx_uuids: keyspace("tx_uuids")?,
             hold_uuids: keyspace("hold_uuids")?,
-            counts: keyspace("counts")?,
             answers: keyspace(ANSWERS)?,
             answer_lsns: keyspace("answers_by_lsn")?,
             legacy_answers: None,
@@ -563,7 +559,7 @@ impl HistoryStore {
         per_page: u64,
     ) -> Result<StorePage<Transaction>, StoreError> {
         self.with(|open| {
-            let total = counts_in(open, wallet_id.0)?.transactions;
+            let total = count_of(open, wallet_id.0, Paged::Transaction)?;
             let records = newest_first(
                 open,
                 Paged::Transaction,
@@ -595,7 +591,7 @@ impl HistoryStore {
         self.with(|open| {
             let mut total = 0u64;
             for wallet in wallets {
-                total = total.saturating_add(counts_in(open, wallet.0)?.transactions);
+                total = total.saturating_add(count_of(open, wallet.0, Paged::Transaction)?);
             }
             let records = newest_merged_raw(open, Paged::Transaction, wallets, offset, per_page)?
                 .into_iter()
@@ -613,7 +609,7 @@ impl HistoryStore {
         per_page: u64,
     ) -> Result<StorePage<Hold>, StoreError> {
         self.with(|open| {
-            let total = counts_in(open, wallet_id.0)?.holds;
+            let total = count_of(open, wallet_id.0, Paged::Hold)?;
             let records = newest_first(
                 open,
                 Paged::Hold,
@@ -638,7 +634,7 @@ impl HistoryStore {
     ) -> Result<StorePage<(Hash, LedgerEntry)>, StoreError> {
         self.with(|open| {
             if from_ms.is_none() && to_ms.is_none() {
-                let total = counts_in(open, wallet_id.0)?.entries;
+                let total = count_of(open, wallet_id.0, Paged::Entry)?;
                 let records = newest_first(
                     open,
                     Paged::Entry,
@@ -1150,7 +1146,7 @@ pub(crate) fn rotate_full(open: &Open) -> Result<std::time::Duration, StoreError
     use fjall::AbstractTree;
     let started = std::time::Instant::now();
     // A journal file is freed once every memtable it holds writes of is flushed, so a
-    // small keyspace written a little per batch (meta, counts) would pin them all: past
+    // small keyspace written a little per batch (meta, the answers' index) would pin them all: past
     // [`JOURNAL_MAX_BYTES`] every memtable with anything in it is sealed.
     let journal_full = open.db.journal_disk_space()? > JOURNAL_MAX_BYTES;
     for (keyspace, limit) in open.keyspaces() {
@@ -1338,18 +1334,13 @@ pub(crate) fn get<T: DeserializeOwned>(
         .transpose()
 }
 
+/// How many records of each kind `wallet` has, from the page directory ([`count_of`]).
 pub(crate) fn counts_in(open: &Open, wallet: u64) -> Result<WalletCounts, StoreError> {
-    match open.counts.get(wallet.to_be_bytes())? {
-        Some(bytes) => {
-            let [transactions, entries, holds] = numbers::<3>("counts", &bytes)?;
-            Ok(WalletCounts {
-                transactions,
-                entries,
-                holds,
-            })
-        }
-        None => Ok(WalletCounts::default()),
-    }
+    Ok(WalletCounts {
+        transactions: count_of(open, wallet, Paged::Transaction)?,
+        entries: count_of(open, wallet, Paged::Entry)?,
+        holds: count_of(open, wallet, Paged::Hold)?,
+    })
 }
 
 /// A page of `wallet_id`'s records of `kind`, newest first; `(total, skip, take)` as in
