@@ -339,8 +339,7 @@ async fn route_and_run(
     // still runs to its end (a command is never cut in half; a retry with the same
     // Idempotency-Key gets its answer). The handler's future is boxed: it is as large as the
     // largest route's, and spawning it unboxed copied all of it several times on the way into
-    // the task (~5 % of the HTTP threads' samples, in `memmove`; BENCHMARKS.md, "Lazy legacy
-    // fingerprints and boxed handler tasks").
+    // the task (~6 % of walletd's samples, in `memmove`; BENCHMARKS.md, "Cheaper requests").
     let handler = {
         let app = app.clone();
         tokio::spawn(Box::pin(

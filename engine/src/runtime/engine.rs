@@ -361,12 +361,19 @@ impl Engine {
         // record (a refusal before the log, a dropped message, a panic), and the command runs in
         // its own task, so a client that hangs up neither stops it halfway nor leaves the key
         // `in progress` (ARCHITECTURE.md invariant 11).
-        let legacy = || {
-            key.legacy
-                .as_ref()
-                .map(|legacy| legacy.fingerprint(&command))
+        let claimed = {
+            // Computed at most once, and only if a stored fingerprint is not the canonical one.
+            let digest = std::cell::OnceCell::new();
+            let legacy = || {
+                *digest.get_or_init(|| {
+                    key.legacy
+                        .as_ref()
+                        .map(|legacy| legacy.fingerprint(&command))
+                })
+            };
+            self.claim(&key, &legacy)?
         };
-        let (guard, record) = match self.claim(&key, &legacy)? {
+        let (guard, record) = match claimed {
             Claimed::Answered(reply) => return Ok(reply),
             Claimed::Fresh(guard, record) => (guard, record),
         };

@@ -257,6 +257,7 @@ pub(crate) fn upgrade_layout(open: &Open) -> Result<(), StoreError> {
         // Layout 2's answers' keyspaces were created by this open ([`super::answers`]); the
         // counts of layouts 2 and 3 are dropped below, once the mark is synced.
         Some(layout) if matches!(layout.as_ref(), [LAYOUT_EPOCHS | LAYOUT_ANSWERS]) => {
+            check_counts(open)?;
             open.meta.insert(LAYOUT, [LAYOUT_DERIVED_COUNTS])?;
             open.db.persist(fjall::PersistMode::SyncData)?;
         }
@@ -279,6 +280,49 @@ pub(crate) fn upgrade_layout(open: &Open) -> Result<(), StoreError> {
     }
     drop_wallet_first(open)?;
     drop_counts(open)
+}
+
+/// Before a store's `counts` are dropped: every wallet's stored counts must be what the page
+/// directory gives ([`super::pages::count_of`]), or the store is refused as damaged (the
+/// directory would misnumber its pages) with the way out. One pass over `counts`, logged.
+fn check_counts(open: &Open) -> Result<(), StoreError> {
+    if !open.db.keyspace_exists(COUNTS_KEYSPACE) {
+        return Ok(());
+    }
+    let counts = open
+        .db
+        .keyspace(COUNTS_KEYSPACE, fjall::KeyspaceCreateOptions::default)?;
+    let started = std::time::Instant::now();
+    let mut wallets = 0u64;
+    for guard in counts.iter() {
+        let (key, value) = guard.into_inner()?;
+        let [wallet] = numbers::<1>("counts key", &key)?;
+        let [transactions, entries, holds] = numbers::<3>("counts", &value)?;
+        let derived = super::store::counts_in(open, wallet)?;
+        if (derived.transactions, derived.entries, derived.holds) != (transactions, entries, holds)
+        {
+            return Err(StoreError::Rule(format!(
+                "the history store's page directory gives wallet {wallet} {derived:?} where its \
+                 counts say {transactions} transactions, {entries} entries and {holds} holds: \
+                 the directory is damaged. Move the data dir's history/ aside and start \
+                 walletd: it rebuilds the store from the log (or, if the log no longer starts \
+                 at LSN 1, run `walletd replay --from-archive DIR`)"
+            )));
+        }
+        wallets += 1;
+        if wallets.is_multiple_of(100_000) {
+            tracing::info!(
+                wallets,
+                "checking the history store's counts against its page directory"
+            );
+        }
+    }
+    tracing::info!(
+        wallets,
+        took_ms = started.elapsed().as_millis() as u64,
+        "the history store's counts agree with its page directory"
+    );
+    Ok(())
 }
 
 /// Drops the `counts` keyspace of a store marked with layout 4 (no walletd that writes it opens
@@ -348,6 +392,7 @@ fn copy_wallet_first(open: &Open) -> Result<(), StoreError> {
         )?;
     }
     copy.finish()?;
+    check_counts(open)?;
     let covered = open.meta.get(INDEXED_LSN)?.map(|lsn| lsn.to_vec());
     let mut writes = open.db.batch();
     writes.insert(&open.meta, LAYOUT, vec![LAYOUT_DERIVED_COUNTS]);

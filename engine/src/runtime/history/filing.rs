@@ -22,10 +22,10 @@ use super::epochs::{
     id_epoch, record_key, time_index_key, wallet_records, EpochsSeen, ENTRY_TIMES,
 };
 use super::moves::MoveOverlay;
-use super::pages::{directory_key, starts_block, Paged};
+use super::pages::{count_of, directory_key, starts_block, Paged};
 use super::report_days::{ReportBatch, Scope};
 use super::store::{
-    counts_in, decode, encode, key2, link_writes, payment_writes, payout_writes, settlement_writes,
+    decode, encode, key2, link_writes, payment_writes, payout_writes, settlement_writes,
     HistoryStore, Open, StoreError, Write, COMMERCE_COMPLETE, INDEXED_LSN, LINKS_COMPLETE,
     SETTLEMENTS_COMPLETE,
 };
@@ -45,12 +45,12 @@ const CHAIN_HEADS_MAX: usize = 1 << 16;
 /// The indexer's memory between batches, so that filing needs no reads on the hot path: each
 /// recently written wallet's newest entry hash (the hash before its next entry), and each
 /// wallet's record counts as the store holds them (read once per wallet from the page
-/// directory, [`super::pages::count_of`]).
+/// directory, [`count_of`]).
 #[derive(Default)]
 pub(crate) struct ChainHeads {
     heads: HashMap<u64, Hash>,
-    /// Grows with wallets, not with history (a wallet costs ~60 bytes here).
-    counts: HashMap<u64, (u64, u64, u64)>,
+    /// Grows with wallets, not with history (a wallet costs ~70 bytes here).
+    counts: HashMap<u64, KindCounts>,
     /// Each recently seen wallet's business, currency and whether the transaction report counts
     /// it (a miss reads `report_subjects`); forgotten past [`CHAIN_HEADS_MAX`].
     scopes: HashMap<u64, Scope>,
@@ -144,7 +144,7 @@ pub(crate) fn file_batch(
         }
         writes.insert(&open.meta, INDEXED_LSN, last_lsn.to_be_bytes().to_vec());
         writes.commit()?;
-        // The counts are not written: the page directory holds them ([`super::pages::count_of`]).
+        // The counts are not written: the page directory holds them ([`count_of`]).
         for (wallet, tally) in counts {
             heads.counts.insert(wallet, tally.next);
         }
@@ -192,10 +192,14 @@ struct Batch<'a> {
     shard: u32,
 }
 
-/// A wallet's (transactions, entries, holds) counted up to the record being filed.
+/// A wallet's counts of each kind ([`Paged`] order) up to the record being filed; `None` for a
+/// kind not read from the page directory yet.
 struct Tally {
-    next: (u64, u64, u64),
+    next: KindCounts,
 }
+
+/// Counts by [`Paged`] kind, each known or not yet read.
+type KindCounts = [Option<u64>; 3];
 
 fn rule(what: &str, key: (u64, u64), reason: &str) -> StoreError {
     StoreError::Rule(format!("{what} {}/{}: {reason}", key.0, key.1))
@@ -261,26 +265,19 @@ impl Batch<'_> {
         kind: Paged,
         id: u64,
     ) -> Result<(), StoreError> {
-        let tally = match self.counts.entry(wallet) {
-            std::collections::hash_map::Entry::Occupied(known) => known.into_mut(),
-            std::collections::hash_map::Entry::Vacant(slot) => {
-                let next = match heads.counts.get(&wallet) {
-                    Some(known) => *known,
-                    None => {
-                        let stored = counts_in(self.open, wallet)?;
-                        (stored.transactions, stored.entries, stored.holds)
-                    }
-                };
-                slot.insert(Tally { next })
-            }
+        let tally = self.counts.entry(wallet).or_insert_with(|| Tally {
+            next: heads.counts.get(&wallet).copied().unwrap_or_default(),
+        });
+        let counter = tally
+            .next
+            .get_mut(kind as usize)
+            .ok_or_else(|| StoreError::Rule("a record kind without a count".into()))?;
+        // A kind not counted yet is read once from the page directory, the others wait.
+        let ordinal = match *counter {
+            Some(known) => known,
+            None => count_of(self.open, wallet, kind)?,
         };
-        let counter = match kind {
-            Paged::Transaction => &mut tally.next.0,
-            Paged::Entry => &mut tally.next.1,
-            Paged::Hold => &mut tally.next.2,
-        };
-        let ordinal = *counter;
-        *counter += 1;
+        *counter = Some(ordinal + 1);
         if starts_block(ordinal) {
             self.writes.insert(
                 &self.open.pages,

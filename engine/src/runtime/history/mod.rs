@@ -23,7 +23,7 @@ mod epochs;
 pub(crate) mod filing;
 pub mod indexer;
 pub mod moves;
-mod pages;
+pub(crate) mod pages;
 mod reads;
 mod report_days;
 #[cfg(test)]

@@ -5,8 +5,9 @@
 //! page `p` skips `(p − 1) × per_page` keys, and a uniformly chosen page of a wallet with 1M
 //! entries skipped 500k of them (~0.4 s, `statement_page` in BENCHMARKS.md).
 //!
-//! The indexer knows each record's ordinal within its wallet (the wallet's count before it, from
-//! `counts`), and files the id of every [`BLOCK`]-th one:
+//! The indexer knows each record's ordinal within its wallet (the wallet's count before it, kept
+//! in its memory and read once from this directory, [`count_of`]), and files the id of every
+//! [`BLOCK`]-th one:
 //!
 //! ```text
 //! pages   wallet | kind | ordinal / BLOCK   -> id (u64)      kind: 0 transaction, 1 entry, 2 hold
@@ -60,23 +61,41 @@ pub(crate) fn starts_block(ordinal: u64) -> bool {
     ordinal.is_multiple_of(BLOCK)
 }
 
+/// How many directory keys `wallet` has for `kind` (a complete directory has one per started
+/// block: `count.div_ceil(BLOCK)`).
+pub(crate) fn directory_keys(open: &Open, wallet: u64, kind: Paged) -> Result<u64, StoreError> {
+    let mut keys = 0u64;
+    for guard in open
+        .pages
+        .range(directory_key(wallet, kind, 0)..=key3(wallet, kind as u64, u64::MAX))
+    {
+        guard.key()?;
+        keys += 1;
+    }
+    Ok(keys)
+}
+
 /// How many records of `kind` `wallet` has: `BLOCK` for each block before its last directory
 /// key, plus the records from that key's id on (fewer than [`BLOCK`] in a complete directory,
 /// so one seek and under a thousand keys). Exact whenever that last key is (a block missing
-/// before it does not matter; one missing after it only makes the scan longer). The indexer
-/// used to write every touched wallet's counts in every batch, about one store item per
-/// request (BENCHMARKS.md, "Counts from the page directory").
+/// before it does not matter; one missing after it only makes the scan longer); a wallet
+/// without any key is counted by a scan of its records (none, for a wallet that has none: its
+/// `wallet_epochs` range is empty). The indexer used to write every touched wallet's counts
+/// in every batch, about one store item per request (BENCHMARKS.md, "Cheaper requests").
 pub(crate) fn count_of(open: &Open, wallet: u64, kind: Paged) -> Result<u64, StoreError> {
     let last = open
         .pages
         .range(directory_key(wallet, kind, 0)..=key3(wallet, kind as u64, u64::MAX))
         .next_back();
-    let Some(last) = last else {
-        return Ok(0);
+    let (block, first) = match last {
+        Some(last) => {
+            let (key, id) = last.into_inner()?;
+            let [_, _, block] = numbers::<3>("page directory key", &key)?;
+            let [first] = numbers::<1>("page directory id", &id)?;
+            (block, first)
+        }
+        None => (0, 0),
     };
-    let (key, id) = last.into_inner()?;
-    let [_, _, block] = numbers::<3>("page directory key", &key)?;
-    let [first] = numbers::<1>("page directory id", &id)?;
     let mut tail = 0u64;
     for row in wallet_records(open, kind, wallet, (first, u64::MAX), false) {
         row?;
@@ -343,7 +362,9 @@ mod tests {
     }
 
     /// A wallet's count comes from its last directory key and the records after it: exact on
-    /// either side of a block boundary, and with a block's key missing before the last one.
+    /// either side of a block boundary, with a block's key missing before the last one, with the
+    /// last one missing, and with none at all (a damaged directory is scanned, never trusted
+    /// to say zero).
     #[test]
     fn a_wallets_count_is_its_last_block_plus_the_records_after_it() {
         for total in [0, 1, BLOCK - 1, BLOCK, BLOCK + 1, 3 * BLOCK + 17] {
@@ -363,8 +384,62 @@ mod tests {
                     .with(|open| Ok(open.pages.remove(directory_key(7, Paged::Entry, BLOCK))?))
                     .unwrap();
                 assert_eq!(count(&store), total, "block 1's key missing");
+                let last = (total - 1) / BLOCK * BLOCK;
+                store
+                    .with(|open| Ok(open.pages.remove(directory_key(7, Paged::Entry, last))?))
+                    .unwrap();
+                assert_eq!(count(&store), total, "the last block's key missing");
             }
+            store
+                .with(|open| Ok(open.pages.remove(directory_key(7, Paged::Entry, 0))?))
+                .unwrap();
+            assert_eq!(count(&store), total, "block 0's key missing too");
         }
+    }
+
+    /// A store of layout 3 keeps its `counts` only if they agree with what the page directory
+    /// gives: one that disagrees is refused as damaged, with the way out, and keeps its counts;
+    /// one that agrees is marked 4 and its counts are dropped.
+    #[test]
+    fn counts_that_disagree_with_the_directory_refuse_the_upgrade() {
+        use crate::runtime::history::epochs::LAYOUT_DERIVED_COUNTS;
+        let total = BLOCK + 5;
+        let (dir, store) = store_with(total, true);
+        store
+            .with(|open| Ok(open.meta.insert(LAYOUT, [3])?))
+            .unwrap();
+        store.persist().unwrap();
+        store.close();
+        let older_counts = |entries: u64| {
+            let db = fjall::Database::builder(dir.path()).open().unwrap();
+            db.keyspace("counts", fjall::KeyspaceCreateOptions::default)
+                .unwrap()
+                .insert(7u64.to_be_bytes(), key3(0, entries, 0))
+                .unwrap();
+            db.persist(fjall::PersistMode::SyncAll).unwrap();
+        };
+        older_counts(total + 1);
+        let refused = HistoryStore::open(dir.path(), 1 << 20)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            refused.contains("wallet 7") && refused.contains("damaged"),
+            "{refused}"
+        );
+        assert!(refused.contains("--from-archive"), "{refused}");
+        older_counts(total);
+        let store = HistoryStore::open(dir.path(), 1 << 20).unwrap();
+        store
+            .with(|open| {
+                assert_eq!(
+                    open.meta.get(LAYOUT)?.as_deref(),
+                    Some(&[LAYOUT_DERIVED_COUNTS][..])
+                );
+                assert!(!open.db.keyspace_exists("counts"));
+                assert_eq!(count_of(open, 7, Paged::Entry)?, total);
+                Ok(())
+            })
+            .unwrap();
     }
 
     #[test]

@@ -444,6 +444,15 @@ fn compare_shard(shard: &Shard, store: &Arc<HistoryStore>) -> Result<u64, String
                 "the store counts {counts:?}, the shard counts {held:?}"
             )));
         }
+        let gaps = store
+            .directory_gaps(id, counts)
+            .map_err(|e| failed(&e.to_string()))?;
+        if !gaps.is_empty() {
+            return Err(failed(&format!(
+                "the store's page directory lacks blocks of its {}",
+                gaps.join(" and ")
+            )));
+        }
         let mut prev = Hash::ZERO;
         let mut balance = None;
         let mut broken = None;

@@ -40,7 +40,8 @@
 //!
 //! An entry is stored with the hash of the entry before it, so a page of the statement shows each
 //! entry's `prev_hash` without a second lookup. The page directory makes any page O(page),
-//! however deep, and a wallet's count of each kind O(1) ([`super::pages::count_of`]).
+//! however deep, and a wallet's count of each kind one seek and fewer than 1,024 keys
+//! ([`super::pages::count_of`]).
 //!
 //! # Durability
 //!
@@ -57,7 +58,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use super::epochs::{entry_of_time_key, record_key, wallet_entry_times, wallet_records};
-use super::pages::{count_of, newest_first_raw, newest_merged_raw, Paged};
+use super::pages::{count_of, directory_keys, newest_first_raw, newest_merged_raw, Paged, BLOCK};
 use crate::commerce::payment::{Payment, PaymentLink, QrCode};
 use crate::commerce::payout::{Payout, Settlement, SettlementStatus};
 use crate::commerce::state::Commerce;
@@ -549,6 +550,29 @@ impl HistoryStore {
 
     pub fn counts(&self, wallet_id: WalletId) -> Result<WalletCounts, StoreError> {
         self.with(|open| counts_in(open, wallet_id.0))
+    }
+
+    /// The kinds (`"transactions"`, `"entries"`, `"holds"`) whose page directory lacks a block
+    /// for `counts` (a wallet's counts as the shard holds them): pages of those kinds are
+    /// slow (read by skipping), and a count derived past a missing last key scans further.
+    pub fn directory_gaps(
+        &self,
+        wallet_id: WalletId,
+        counts: WalletCounts,
+    ) -> Result<Vec<&'static str>, StoreError> {
+        self.with(|open| {
+            let mut gaps = Vec::new();
+            for (kind, count, name) in [
+                (Paged::Transaction, counts.transactions, "transactions"),
+                (Paged::Entry, counts.entries, "entries"),
+                (Paged::Hold, counts.holds, "holds"),
+            ] {
+                if directory_keys(open, wallet_id.0, kind)? != count.div_ceil(BLOCK) {
+                    gaps.push(name);
+                }
+            }
+            Ok(gaps)
+        })
     }
 
     /// A wallet's transactions, newest first: `per_page` of them after skipping `offset`.
