@@ -22,7 +22,7 @@ use super::epochs::{
     id_epoch, record_key, time_index_key, wallet_records, EpochsSeen, ENTRY_TIMES,
 };
 use super::moves::MoveOverlay;
-use super::pages::{count_of, directory_key, starts_block, Paged};
+use super::pages::{counted, directory_count, directory_key, starts_block, KindCounts, Paged};
 use super::report_days::{ReportBatch, Scope};
 use super::store::{
     decode, encode, key2, link_writes, payment_writes, payout_writes, settlement_writes,
@@ -43,14 +43,11 @@ use crate::values::ids::UuidKind;
 const CHAIN_HEADS_MAX: usize = 1 << 16;
 
 /// The indexer's memory between batches, so that filing needs no reads on the hot path: each
-/// recently written wallet's newest entry hash (the hash before its next entry), and each
-/// wallet's record counts as the store holds them (read once per wallet from the page
-/// directory, [`count_of`]).
+/// recently written wallet's newest entry hash (the hash before its next entry). Its record
+/// counts are in the store's `counted`, shared with readers ([`super::pages::count_of`]).
 #[derive(Default)]
 pub(crate) struct ChainHeads {
     heads: HashMap<u64, Hash>,
-    /// Grows with wallets, not with history (a wallet costs ~70 bytes here).
-    counts: HashMap<u64, KindCounts>,
     /// Each recently seen wallet's business, currency and whether the transaction report counts
     /// it (a miss reads `report_subjects`); forgotten past [`CHAIN_HEADS_MAX`].
     scopes: HashMap<u64, Scope>,
@@ -64,7 +61,6 @@ impl ChainHeads {
     /// Forgets everything (after a batch that did not commit).
     pub(crate) fn clear(&mut self) {
         self.heads.clear();
-        self.counts.clear();
         self.scopes.clear();
         self.epochs.clear();
         self.keys.clear();
@@ -143,10 +139,15 @@ pub(crate) fn file_batch(
             reports.write(open, &mut writes)?;
         }
         writes.insert(&open.meta, INDEXED_LSN, last_lsn.to_be_bytes().to_vec());
-        writes.commit()?;
-        // The counts are not written: the page directory holds them ([`count_of`]).
+        if let Err(error) = writes.commit() {
+            counted(open).clear();
+            return Err(error.into());
+        }
+        // The counts are not written: readers find them here, before the indexer publishes
+        // this batch as filed, or in the page directory ([`super::pages::count_of`]).
+        let mut shared = counted(open);
         for (wallet, tally) in counts {
-            heads.counts.insert(wallet, tally.next);
+            shared.insert(wallet, tally.next);
         }
         Ok(())
     });
@@ -197,9 +198,6 @@ struct Batch<'a> {
 struct Tally {
     next: KindCounts,
 }
-
-/// Counts by [`Paged`] kind, each known or not yet read.
-type KindCounts = [Option<u64>; 3];
 
 fn rule(what: &str, key: (u64, u64), reason: &str) -> StoreError {
     StoreError::Rule(format!("{what} {}/{}: {reason}", key.0, key.1))
@@ -258,15 +256,10 @@ impl Batch<'_> {
     /// The ordinal of `wallet`'s next record of `kind` (its count of them so far, from the
     /// indexer's memory or the store), counted; the record that starts a block of the page
     /// directory also files its id there.
-    fn ordinal(
-        &mut self,
-        heads: &ChainHeads,
-        wallet: u64,
-        kind: Paged,
-        id: u64,
-    ) -> Result<(), StoreError> {
+    fn ordinal(&mut self, wallet: u64, kind: Paged, id: u64) -> Result<(), StoreError> {
+        let open = self.open;
         let tally = self.counts.entry(wallet).or_insert_with(|| Tally {
-            next: heads.counts.get(&wallet).copied().unwrap_or_default(),
+            next: counted(open).get(&wallet).copied().unwrap_or_default(),
         });
         let counter = tally
             .next
@@ -275,7 +268,7 @@ impl Batch<'_> {
         // A kind not counted yet is read once from the page directory, the others wait.
         let ordinal = match *counter {
             Some(known) => known,
-            None => count_of(self.open, wallet, kind)?,
+            None => directory_count(self.open, wallet, kind)?,
         };
         *counter = Some(ordinal + 1);
         if starts_block(ordinal) {
@@ -313,7 +306,7 @@ impl Batch<'_> {
             self.writes
                 .insert(&uuids, uuid.0, key2(wallet, id).to_vec());
         }
-        self.ordinal(heads, wallet, kind, id)?;
+        self.ordinal(wallet, kind, id)?;
         heads.epochs.note(
             self.open,
             &mut self.writes,
@@ -351,7 +344,7 @@ impl Batch<'_> {
                 let (time_key, time_epoch) = time_index_key(w, entry.created_at_ms, id);
                 self.writes.insert(&times, time_key, Vec::new());
                 heads.heads.insert(w, entry.hash);
-                self.ordinal(heads, w, Paged::Entry, id)?;
+                self.ordinal(w, Paged::Entry, id)?;
                 let kind = Paged::Entry as u64;
                 heads
                     .epochs

@@ -75,14 +75,32 @@ pub(crate) fn directory_keys(open: &Open, wallet: u64, kind: Paged) -> Result<u6
     Ok(keys)
 }
 
-/// How many records of `kind` `wallet` has: `BLOCK` for each block before its last directory
-/// key, plus the records from that key's id on (fewer than [`BLOCK`] in a complete directory,
-/// so one seek and under a thousand keys). Exact whenever that last key is (a block missing
-/// before it does not matter; one missing after it only makes the scan longer); a wallet
-/// without any key is counted by a scan of its records (none, for a wallet that has none: its
-/// `wallet_epochs` range is empty). The indexer used to write every touched wallet's counts
-/// in every batch, about one store item per request (BENCHMARKS.md, "Cheaper requests").
+/// A wallet's counts by [`Paged`] kind, each known or not yet read.
+pub(crate) type KindCounts = [Option<u64>; 3];
+
+/// The indexer's counts by wallet ([`Open::counted`]).
+pub(crate) type Counted = std::collections::HashMap<u64, KindCounts>;
+
+/// How many records of `kind` `wallet` has: what the indexer counted ([`Open::counted`]), or
+/// else `BLOCK` for each block before its last directory key plus the records from that key's
+/// id on (fewer than [`BLOCK`] in a complete directory, so one seek and under a thousand
+/// keys). Exact whenever that last key is (a block missing before it does not matter; one
+/// missing after it only makes the scan longer); a wallet without any key is counted by a scan
+/// of its records (none, for a wallet that has none: its `wallet_epochs` range is empty). The
+/// indexer used to write every touched wallet's counts in every batch, about one store item
+/// per request (BENCHMARKS.md, "Cheaper requests").
 pub(crate) fn count_of(open: &Open, wallet: u64, kind: Paged) -> Result<u64, StoreError> {
+    if let Some(count) = counted(open)
+        .get(&wallet)
+        .and_then(|counts| counts.get(kind as usize).copied().flatten())
+    {
+        return Ok(count);
+    }
+    directory_count(open, wallet, kind)
+}
+
+/// [`count_of`] from the page directory alone.
+pub(crate) fn directory_count(open: &Open, wallet: u64, kind: Paged) -> Result<u64, StoreError> {
     let last = open
         .pages
         .range(directory_key(wallet, kind, 0)..=key3(wallet, kind as u64, u64::MAX))
@@ -102,6 +120,12 @@ pub(crate) fn count_of(open: &Open, wallet: u64, kind: Paged) -> Result<u64, Sto
         tail += 1;
     }
     Ok(block.saturating_mul(BLOCK).saturating_add(tail))
+}
+
+pub(crate) fn counted(open: &Open) -> std::sync::MutexGuard<'_, Counted> {
+    open.counted
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// The raw values of a page of `wallet`'s records of `kind`, newest first: `take` of them after

@@ -254,6 +254,12 @@ pub(crate) struct Open {
     pub(crate) settled_items: fjall::Keyspace,
     pub(crate) links: fjall::Keyspace,
     pub(crate) qrs: fjall::Keyspace,
+    /// Each wallet's counts as the store holds them, kept by the indexer after every commit
+    /// (before it publishes its progress, so a read that waited for its records finds them
+    /// counted) for the wallets it has filed since the store opened; a kind not known here is
+    /// counted from the page directory ([`super::pages::count_of`]). Grows with wallets, not
+    /// with history (~70 bytes a wallet).
+    pub(crate) counted: std::sync::Mutex<super::pages::Counted>,
 }
 
 impl Open {
@@ -400,6 +406,7 @@ impl HistoryStore {
             answer_lsns: keyspace("answers_by_lsn")?,
             legacy_answers: None,
             legacy_answers_live: std::sync::atomic::AtomicBool::new(false),
+            counted: std::sync::Mutex::default(),
             pages: keyspace("pages")?,
             report_days: keyspace("report_days")?,
             report_subjects: keyspace("report_subjects")?,
