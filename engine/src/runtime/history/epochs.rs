@@ -57,6 +57,11 @@ const LAYOUT_ANSWERS: u8 = 3;
 /// store: it would read counts that are no longer written, and file page directory keys at
 /// the ordinals they give.
 pub(crate) const LAYOUT_DERIVED_COUNTS: u8 = 4;
+/// The way out of a store this walletd refuses to open.
+const REBUILD: &str = "Move the data dir's history/ aside and start walletd: it rebuilds the \
+                       store from the log (or, if the log no longer starts at LSN 1, run \
+                       `walletd replay --from-archive DIR`)";
+
 /// The keyspace layouts 2 and 3 kept a wallet's counts in, dropped on the way to layout 4.
 const COUNTS_KEYSPACE: &str = "counts";
 /// The `meta` key holding, from the mark until the wallet-first keyspaces are dropped, the
@@ -304,9 +309,7 @@ fn check_counts(open: &Open) -> Result<(), StoreError> {
             return Err(StoreError::Rule(format!(
                 "the history store's page directory gives wallet {wallet} {derived:?} where its \
                  counts say {transactions} transactions, {entries} entries and {holds} holds: \
-                 the directory is damaged. Move the data dir's history/ aside and start \
-                 walletd: it rebuilds the store from the log (or, if the log no longer starts \
-                 at LSN 1, run `walletd replay --from-archive DIR`)"
+                 the directory is damaged. {REBUILD}"
             )));
         }
         wallets += 1;
@@ -431,14 +434,11 @@ fn drop_wallet_first(open: &Open) -> Result<(), StoreError> {
             empty &= handle.is_empty()?;
         }
         if !copied && !empty {
-            return Err(StoreError::Rule(
+            return Err(StoreError::Rule(format!(
                 "the history store holds records in its wallet-first keyspaces that were filed \
                  after it was copied into the epoch-first layout (an older walletd ran on it); \
-                 they are not in the layout this walletd reads. Move the data dir's history/ \
-                 aside and start walletd: it rebuilds the store from the log (or, if the log no \
-                 longer starts at LSN 1, run `walletd replay --from-archive DIR`)"
-                    .into(),
-            ));
+                 they are not in the layout this walletd reads. {REBUILD}"
+            )));
         }
         for (name, handle) in left {
             open.db.delete_keyspace(handle)?;

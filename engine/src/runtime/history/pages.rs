@@ -65,14 +65,21 @@ pub(crate) fn starts_block(ordinal: u64) -> bool {
 /// block: `count.div_ceil(BLOCK)`).
 pub(crate) fn directory_keys(open: &Open, wallet: u64, kind: Paged) -> Result<u64, StoreError> {
     let mut keys = 0u64;
-    for guard in open
-        .pages
-        .range(directory_key(wallet, kind, 0)..=key3(wallet, kind as u64, u64::MAX))
-    {
+    for guard in wallet_directory(open, wallet, kind) {
         guard.key()?;
         keys += 1;
     }
     Ok(keys)
+}
+
+/// `wallet`'s directory keys of `kind`, oldest block first.
+fn wallet_directory(
+    open: &Open,
+    wallet: u64,
+    kind: Paged,
+) -> impl DoubleEndedIterator<Item = fjall::Guard> {
+    open.pages
+        .range(directory_key(wallet, kind, 0)..=key3(wallet, kind as u64, u64::MAX))
 }
 
 /// A wallet's counts by [`Paged`] kind, each known or not yet read.
@@ -101,10 +108,7 @@ pub(crate) fn count_of(open: &Open, wallet: u64, kind: Paged) -> Result<u64, Sto
 
 /// [`count_of`] from the page directory alone.
 pub(crate) fn directory_count(open: &Open, wallet: u64, kind: Paged) -> Result<u64, StoreError> {
-    let last = open
-        .pages
-        .range(directory_key(wallet, kind, 0)..=key3(wallet, kind as u64, u64::MAX))
-        .next_back();
+    let last = wallet_directory(open, wallet, kind).next_back();
     let (block, first) = match last {
         Some(last) => {
             let (key, id) = last.into_inner()?;
