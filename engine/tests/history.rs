@@ -369,11 +369,7 @@ async fn deep_pages_across_directory_blocks_equal_the_reference() {
     const DEPOSITS: i64 = 2_100;
     const HOLDS: i64 = 2_050;
     for cents in 1..=DEPOSITS {
-        clock.advance_ms(10);
-        engine
-            .execute(Command::Deposit(money(wallet, Decimal::new(cents, 2))))
-            .await
-            .unwrap();
+        deposit(&engine, &clock, wallet, cents).await;
     }
     for cents in 1..=HOLDS {
         engine
@@ -407,6 +403,60 @@ async fn deep_pages_across_directory_blocks_equal_the_reference() {
         (DEPOSITS as u64, DEPOSITS as u64, HOLDS as u64)
     );
     assert_eq!(pages_compared, 22 + 58, "every page of both sizes");
+    engine.shutdown().unwrap();
+}
+
+async fn deposit(engine: &Engine, clock: &SeededClock, wallet: WalletId, cents: i64) {
+    clock.advance_ms(10);
+    engine
+        .execute(Command::Deposit(money(wallet, Decimal::new(cents, 2))))
+        .await
+        .unwrap();
+}
+
+/// After a reopen the indexer knows no wallet's counts: a page read derives them from the page
+/// directory and remembers them, and the indexer then numbers the wallet's next records (and
+/// the directory key of the block they start) from what that read remembered. Every page
+/// across the old and new blocks equals the reference, and `verify_history` finds the
+/// directory complete.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn counts_a_read_remembers_number_the_records_filed_after_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(SeededClock::new(13, 1_700_000_000_000));
+    let engine = open(dir.path(), clock.clone());
+    let wallet = create_wallet(&engine, 1).await;
+    const BEFORE: i64 = 1_030;
+    const AFTER: i64 = 1_100;
+    for cents in 1..=BEFORE {
+        deposit(&engine, &clock, wallet, cents).await;
+    }
+    engine.shutdown().unwrap();
+
+    let engine = open(dir.path(), clock.clone());
+    let day = middle_window(&engine, wallet).await;
+    let (transactions, entries, _, holds) =
+        from_store(&engine, wallet, Page::new(1, 10).unwrap(), day).await;
+    assert_eq!(
+        (transactions.total, entries.total, holds.total),
+        (BEFORE as u64, BEFORE as u64, 0)
+    );
+    for cents in 1..=AFTER {
+        deposit(&engine, &clock, wallet, BEFORE + cents).await;
+    }
+    let compared = engine.verify_history().await.unwrap();
+    assert!(compared.is_ok(), "{compared:?}");
+    let reference = reference(dir.path());
+    let total = (BEFORE + AFTER) as u64;
+    let per_page = 100;
+    for number in 1..=(total as u32).div_ceil(per_page) {
+        let page = Page::new(number, per_page).unwrap();
+        let stored = from_store(&engine, wallet, page, day).await;
+        let whole = from_reference(&reference, wallet, page, day);
+        assert_eq!(stored, whole, "page {number} of {per_page}");
+    }
+    let (transactions, entries, _, _) =
+        from_store(&engine, wallet, Page::new(1, 1).unwrap(), day).await;
+    assert_eq!((transactions.total, entries.total), (total, total));
     engine.shutdown().unwrap();
 }
 

@@ -144,7 +144,9 @@ pub(crate) fn file_batch(
             return Err(error.into());
         }
         // The counts are not written: readers find them here, before the indexer publishes
-        // this batch as filed, or in the page directory ([`super::pages::count_of`]).
+        // this batch as filed, or in the page directory ([`super::pages::count_of`]). Every
+        // count this batch changed is stored whole, over whatever a reader remembered meanwhile
+        // (a reader's scan torn by this commit: [`super::pages::count_for_read`]).
         let mut shared = counted(open);
         for (wallet, tally) in counts {
             shared.insert(wallet, tally.next);

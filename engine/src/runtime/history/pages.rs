@@ -106,6 +106,39 @@ pub(crate) fn count_of(open: &Open, wallet: u64, kind: Paged) -> Result<u64, Sto
     directory_count(open, wallet, kind)
 }
 
+/// [`count_of`] for a page read, which also remembers a count it derives, so that only a
+/// wallet's first read since the store opened pays the scan (a statement page of a wallet the
+/// indexer has not filed since: p50 0.5 ms with the scan; BENCHMARKS.md, "Counts a reader
+/// remembers").
+///
+/// Why a remembered count is never wrong for long: the scan chains one range per epoch, each
+/// its own snapshot, so a batch that commits in between can tear it (some of the batch's
+/// records seen, some not). But such a batch added records of this wallet and kind, so the
+/// indexer, right after that commit and before it publishes the batch or files the next one,
+/// stores its own count for them ([`super::filing`]): a torn count written before that is
+/// overwritten, and one written after finds the slot taken and is dropped, since a reader
+/// only fills a slot that is empty. The indexer's next batch, which numbers the wallet's next
+/// directory key from this memory, reads it after that overwrite. After a failed commit the
+/// memory is cleared and the indexer files nothing more in this store (it stops; a restart
+/// opens the store afresh).
+pub(crate) fn count_for_read(open: &Open, wallet: u64, kind: Paged) -> Result<u64, StoreError> {
+    if let Some(count) = counted(open)
+        .get(&wallet)
+        .and_then(|counts| counts.get(kind as usize).copied().flatten())
+    {
+        return Ok(count);
+    }
+    let count = directory_count(open, wallet, kind)?;
+    if let Some(slot) = counted(open)
+        .entry(wallet)
+        .or_default()
+        .get_mut(kind as usize)
+    {
+        slot.get_or_insert(count);
+    }
+    Ok(count)
+}
+
 /// [`count_of`] from the page directory alone.
 pub(crate) fn directory_count(open: &Open, wallet: u64, kind: Paged) -> Result<u64, StoreError> {
     let last = wallet_directory(open, wallet, kind).next_back();
@@ -423,6 +456,41 @@ mod tests {
                 .unwrap();
             assert_eq!(count(&store), total, "block 0's key missing too");
         }
+    }
+
+    /// A page read remembers the count it derives, in the slot the indexer keeps, only while
+    /// that slot is empty: a second read costs no scan (records written behind the store's
+    /// back do not change it), `count_of` (what `replay --verify` asks) gives the same, and
+    /// a count the indexer stored is never replaced by a reader's.
+    #[test]
+    fn a_count_a_reader_derives_is_remembered_until_the_indexer_counts_the_wallet() {
+        let total = 2 * BLOCK + 5;
+        let (_dir, store) = store_with(total, true);
+        store
+            .with(|open| {
+                assert_eq!(count_for_read(open, 7, Paged::Entry)?, total);
+                assert_eq!(counted(open).get(&7), Some(&[None, Some(total), None]));
+                // Two more records filed behind the indexer's back: only a scan would see them.
+                let mut writes = open.db.batch();
+                for ordinal in total..total + 2 {
+                    writes.insert(&open.entries, record_key(7, id_of(ordinal)), [7u8; 40]);
+                }
+                writes.commit()?;
+                assert_eq!(directory_count(open, 7, Paged::Entry)?, total + 2);
+                assert_eq!(count_for_read(open, 7, Paged::Entry)?, total, "remembered");
+                assert_eq!(count_of(open, 7, Paged::Entry)?, total);
+                // Another kind of the same wallet is derived and remembered beside it.
+                assert_eq!(count_for_read(open, 7, Paged::Hold)?, 0);
+                assert_eq!(counted(open).get(&7), Some(&[None, Some(total), Some(0)]));
+                // The indexer's count, stored whole after its commit, stands.
+                counted(open).insert(7, [None, Some(total + 2), None]);
+                assert_eq!(count_for_read(open, 7, Paged::Entry)?, total + 2);
+                counted(open).insert(8, [Some(3), None, None]);
+                assert_eq!(count_for_read(open, 8, Paged::Transaction)?, 3);
+                assert_eq!(counted(open).get(&8), Some(&[Some(3), None, None]));
+                Ok(())
+            })
+            .unwrap();
     }
 
     /// A store of layout 3 keeps its `counts` only if they agree with what the page directory

@@ -58,7 +58,9 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use super::epochs::{entry_of_time_key, record_key, wallet_entry_times, wallet_records};
-use super::pages::{count_of, directory_keys, newest_first_raw, newest_merged_raw, Paged, BLOCK};
+use super::pages::{
+    count_for_read, count_of, directory_keys, newest_first_raw, newest_merged_raw, Paged, BLOCK,
+};
 use crate::commerce::payment::{Payment, PaymentLink, QrCode};
 use crate::commerce::payout::{Payout, Settlement, SettlementStatus};
 use crate::commerce::state::Commerce;
@@ -257,8 +259,9 @@ pub(crate) struct Open {
     /// Each wallet's counts as the store holds them, kept by the indexer after every commit
     /// (before it publishes its progress, so a read that waited for its records finds them
     /// counted) for the wallets it has filed since the store opened; a kind not known here is
-    /// counted from the page directory ([`super::pages::count_of`]). Grows with wallets, not
-    /// with history (~70 bytes a wallet).
+    /// counted from the page directory ([`super::pages::count_of`]), and a page read fills an
+    /// empty slot with the count it derived ([`super::pages::count_for_read`]). Grows with
+    /// wallets, not with history (~70 bytes a wallet).
     pub(crate) counted: std::sync::Mutex<super::pages::Counted>,
 }
 
@@ -590,7 +593,7 @@ impl HistoryStore {
         per_page: u64,
     ) -> Result<StorePage<Transaction>, StoreError> {
         self.with(|open| {
-            let total = count_of(open, wallet_id.0, Paged::Transaction)?;
+            let total = count_for_read(open, wallet_id.0, Paged::Transaction)?;
             let records = newest_first(
                 open,
                 Paged::Transaction,
@@ -622,7 +625,7 @@ impl HistoryStore {
         self.with(|open| {
             let mut total = 0u64;
             for wallet in wallets {
-                total = total.saturating_add(count_of(open, wallet.0, Paged::Transaction)?);
+                total = total.saturating_add(count_for_read(open, wallet.0, Paged::Transaction)?);
             }
             let records = newest_merged_raw(open, Paged::Transaction, wallets, offset, per_page)?
                 .into_iter()
@@ -640,7 +643,7 @@ impl HistoryStore {
         per_page: u64,
     ) -> Result<StorePage<Hold>, StoreError> {
         self.with(|open| {
-            let total = count_of(open, wallet_id.0, Paged::Hold)?;
+            let total = count_for_read(open, wallet_id.0, Paged::Hold)?;
             let records = newest_first(
                 open,
                 Paged::Hold,
@@ -665,7 +668,7 @@ impl HistoryStore {
     ) -> Result<StorePage<(Hash, LedgerEntry)>, StoreError> {
         self.with(|open| {
             if from_ms.is_none() && to_ms.is_none() {
-                let total = count_of(open, wallet_id.0, Paged::Entry)?;
+                let total = count_for_read(open, wallet_id.0, Paged::Entry)?;
                 let records = newest_first(
                     open,
                     Paged::Entry,
