@@ -415,12 +415,14 @@ async fn deposit(engine: &Engine, clock: &SeededClock, wallet: WalletId, cents: 
 }
 
 /// After a reopen the indexer knows no wallet's counts: a page read derives them from the page
-/// directory and remembers them, and the indexer then numbers the wallet's next records (and
-/// the directory key of the block they start) from what that read remembered. Every page
-/// across the old and new blocks equals the reference, and `verify_history` finds the
-/// directory complete.
+/// directory (and remembers them, `pages::count_for_read`), and the indexer then numbers the
+/// wallet's next records, and the directory key of the block they start, from that memory.
+/// Every page across the old and new blocks equals the reference, and `verify_history` finds
+/// the counts and the directory right: a remembered count one off misplaces block 2's key.
+/// (That reads remember at all is `pages.rs`'s unit test; this one checks what the indexer
+/// files after them.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn counts_a_read_remembers_number_the_records_filed_after_it() {
+async fn records_filed_after_a_reopen_and_a_read_are_numbered_right() {
     let dir = tempfile::tempdir().unwrap();
     let clock = Arc::new(SeededClock::new(13, 1_700_000_000_000));
     let engine = open(dir.path(), clock.clone());

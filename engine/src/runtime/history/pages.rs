@@ -106,21 +106,10 @@ pub(crate) fn count_of(open: &Open, wallet: u64, kind: Paged) -> Result<u64, Sto
     directory_count(open, wallet, kind)
 }
 
-/// [`count_of`] for a page read, which also remembers a count it derives, so that only a
-/// wallet's first read since the store opened pays the scan (a statement page of a wallet the
-/// indexer has not filed since: p50 0.5 ms with the scan; BENCHMARKS.md, "Counts a reader
+/// [`count_of`] for a page read, which also remembers a count it derives ([`remember`]), so
+/// that a wallet's reads after its first since the store opened cost no scan (a statement
+/// page of a wallet the indexer has not filed since: BENCHMARKS.md, "Counts a page read
 /// remembers").
-///
-/// Why a remembered count is never wrong for long: the scan chains one range per epoch, each
-/// its own snapshot, so a batch that commits in between can tear it (some of the batch's
-/// records seen, some not). But such a batch added records of this wallet and kind, so the
-/// indexer, right after that commit and before it publishes the batch or files the next one,
-/// stores its own count for them ([`super::filing`]): a torn count written before that is
-/// overwritten, and one written after finds the slot taken and is dropped, since a reader
-/// only fills a slot that is empty. The indexer's next batch, which numbers the wallet's next
-/// directory key from this memory, reads it after that overwrite. After a failed commit the
-/// memory is cleared and the indexer files nothing more in this store (it stops; a restart
-/// opens the store afresh).
 pub(crate) fn count_for_read(open: &Open, wallet: u64, kind: Paged) -> Result<u64, StoreError> {
     if let Some(count) = counted(open)
         .get(&wallet)
@@ -129,6 +118,27 @@ pub(crate) fn count_for_read(open: &Open, wallet: u64, kind: Paged) -> Result<u6
         return Ok(count);
     }
     let count = directory_count(open, wallet, kind)?;
+    remember(open, wallet, kind, count);
+    Ok(count)
+}
+
+/// Stores a count a reader derived in the indexer's memory, only if its slot is empty.
+///
+/// Why such a count is never wrong for long. A derived count reads the last directory key,
+/// the wallet's epochs and one range per epoch, each at its own snapshot, so a batch that
+/// commits in between can tear it (some of the batch's records seen, some not), and one that
+/// commits after the scan makes it stale. Either way that batch added records of this wallet
+/// and kind, so the indexer, right after its commit and before it publishes the batch or
+/// takes the next one's counts from this memory, stores its own count for them
+/// ([`super::filing`]): a count remembered before that is overwritten, one remembered after
+/// finds the slot taken. This holds because the indexer is the only writer of the records,
+/// `wallet_epochs` and the page directory while reads run (recovery's refiling, the layout
+/// upgrade and [`complete_directory`] finish before the store is served); a writer added
+/// beside it must update this memory too. After a failed commit the memory is cleared and
+/// the indexer files nothing more in this store (it stops; a restart opens the store afresh).
+/// A remembered count can also be dropped again (a batch that touched another kind of the
+/// wallet stores the counts it read before): then the next read derives it once more.
+fn remember(open: &Open, wallet: u64, kind: Paged, count: u64) {
     if let Some(slot) = counted(open)
         .entry(wallet)
         .or_default()
@@ -136,7 +146,6 @@ pub(crate) fn count_for_read(open: &Open, wallet: u64, kind: Paged) -> Result<u6
     {
         slot.get_or_insert(count);
     }
-    Ok(count)
 }
 
 /// [`count_of`] from the page directory alone.
@@ -459,9 +468,9 @@ mod tests {
     }
 
     /// A page read remembers the count it derives, in the slot the indexer keeps, only while
-    /// that slot is empty: a second read costs no scan (records written behind the store's
-    /// back do not change it), `count_of` (what `replay --verify` asks) gives the same, and
-    /// a count the indexer stored is never replaced by a reader's.
+    /// that slot is empty: a second read costs no scan (records written behind the indexer's
+    /// back, which production never does, are not seen), `count_of` gives the same, and a
+    /// count the indexer stored is never replaced by one a reader remembers later.
     #[test]
     fn a_count_a_reader_derives_is_remembered_until_the_indexer_counts_the_wallet() {
         let total = 2 * BLOCK + 5;
@@ -482,12 +491,14 @@ mod tests {
                 // Another kind of the same wallet is derived and remembered beside it.
                 assert_eq!(count_for_read(open, 7, Paged::Hold)?, 0);
                 assert_eq!(counted(open).get(&7), Some(&[None, Some(total), Some(0)]));
-                // The indexer's count, stored whole after its commit, stands.
+                // The indexer's count, stored whole after its commit, stands against a count a
+                // reader derived before that commit and remembers after it.
                 counted(open).insert(7, [None, Some(total + 2), None]);
+                remember(open, 7, Paged::Entry, total);
+                assert_eq!(counted(open).get(&7), Some(&[None, Some(total + 2), None]));
                 assert_eq!(count_for_read(open, 7, Paged::Entry)?, total + 2);
-                counted(open).insert(8, [Some(3), None, None]);
-                assert_eq!(count_for_read(open, 8, Paged::Transaction)?, 3);
-                assert_eq!(counted(open).get(&8), Some(&[Some(3), None, None]));
+                remember(open, 8, Paged::Hold, 4);
+                assert_eq!(counted(open).get(&8), Some(&[None, None, Some(4)]));
                 Ok(())
             })
             .unwrap();
