@@ -145,11 +145,17 @@ pub(crate) fn file_batch(
         }
         // The counts are not written: readers find them here, before the indexer publishes
         // this batch as filed, or in the page directory ([`super::pages::count_of`]). Every
-        // count this batch changed is stored whole, over whatever a reader remembered meanwhile
-        // (a reader's scan torn by this commit: [`super::pages::count_for_read`]).
+        // count this batch changed replaces whatever a reader remembered meanwhile (a reader's
+        // scan torn by this commit: [`super::pages::count_for_read`]); a kind it did not count
+        // keeps what a reader may have remembered since.
         let mut shared = counted(open);
         for (wallet, tally) in counts {
-            shared.insert(wallet, tally.next);
+            let slots = shared.entry(wallet).or_default();
+            for (slot, count) in slots.iter_mut().zip(tally.next) {
+                if count.is_some() {
+                    *slot = count;
+                }
+            }
         }
         Ok(())
     });

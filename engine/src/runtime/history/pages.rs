@@ -97,13 +97,17 @@ pub(crate) type Counted = std::collections::HashMap<u64, KindCounts>;
 /// indexer used to write every touched wallet's counts in every batch, about one store item
 /// per request (BENCHMARKS.md, "Cheaper requests").
 pub(crate) fn count_of(open: &Open, wallet: u64, kind: Paged) -> Result<u64, StoreError> {
-    if let Some(count) = counted(open)
+    match known(open, wallet, kind) {
+        Some(count) => Ok(count),
+        None => directory_count(open, wallet, kind),
+    }
+}
+
+/// The count of `kind` the indexer's memory holds for `wallet`, if any.
+fn known(open: &Open, wallet: u64, kind: Paged) -> Option<u64> {
+    counted(open)
         .get(&wallet)
         .and_then(|counts| counts.get(kind as usize).copied().flatten())
-    {
-        return Ok(count);
-    }
-    directory_count(open, wallet, kind)
 }
 
 /// [`count_of`] for a page read, which also remembers a count it derives ([`remember`]), so
@@ -111,10 +115,7 @@ pub(crate) fn count_of(open: &Open, wallet: u64, kind: Paged) -> Result<u64, Sto
 /// page of a wallet the indexer has not filed since: BENCHMARKS.md, "Counts a page read
 /// remembers").
 pub(crate) fn count_for_read(open: &Open, wallet: u64, kind: Paged) -> Result<u64, StoreError> {
-    if let Some(count) = counted(open)
-        .get(&wallet)
-        .and_then(|counts| counts.get(kind as usize).copied().flatten())
-    {
+    if let Some(count) = known(open, wallet, kind) {
         return Ok(count);
     }
     let count = directory_count(open, wallet, kind)?;
@@ -136,8 +137,6 @@ pub(crate) fn count_for_read(open: &Open, wallet: u64, kind: Paged) -> Result<u6
 /// upgrade and [`complete_directory`] finish before the store is served); a writer added
 /// beside it must update this memory too. After a failed commit the memory is cleared and
 /// the indexer files nothing more in this store (it stops; a restart opens the store afresh).
-/// A remembered count can also be dropped again (a batch that touched another kind of the
-/// wallet stores the counts it read before): then the next read derives it once more.
 fn remember(open: &Open, wallet: u64, kind: Paged, count: u64) {
     if let Some(slot) = counted(open)
         .entry(wallet)
@@ -491,7 +490,7 @@ mod tests {
                 // Another kind of the same wallet is derived and remembered beside it.
                 assert_eq!(count_for_read(open, 7, Paged::Hold)?, 0);
                 assert_eq!(counted(open).get(&7), Some(&[None, Some(total), Some(0)]));
-                // The indexer's count, stored whole after its commit, stands against a count a
+                // The indexer's count, stored after its commit, stands against a count a
                 // reader derived before that commit and remembers after it.
                 counted(open).insert(7, [None, Some(total + 2), None]);
                 remember(open, 7, Paged::Entry, total);
