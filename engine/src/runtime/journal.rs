@@ -44,6 +44,8 @@ pub struct IdempotencyRecord {
     /// Which operation asked, so the [`super::Renderer`] can render its answer (also at recovery).
     pub route: u16,
     /// The rendered answer, opaque to the engine; `None` while a multi-step command is unfinished.
+    /// Written as a byte string: the same bytes as a sequence of `u8` ([`crate::values::bytes`]).
+    #[serde(with = "crate::values::bytes::owned_opt")]
     pub response: Option<Vec<u8>>,
     /// The cross-shard transfer whose first step logged this key as pending (recovery finishes
     /// the transfer and records the answer).

@@ -8,6 +8,7 @@
 //!
 //! May use: nothing else in this crate.
 
+pub mod bytes;
 pub mod currency;
 pub mod emvco;
 pub mod error;

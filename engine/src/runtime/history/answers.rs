@@ -71,13 +71,15 @@ pub struct StoredAnswer {
     pub at_ms: i64,
     /// The WAL record that logged it (0: carried by an older snapshot).
     pub lsn: u64,
-    /// The rendered answer, replayed verbatim.
+    /// The rendered answer, replayed verbatim (a byte string: [`crate::values::bytes`]).
+    #[serde(with = "crate::values::bytes::owned")]
     pub response: Vec<u8>,
 }
 
 /// What `answers_by_digest` holds: the answer with the name it was filed under.
 #[derive(Serialize, Deserialize)]
 struct Named {
+    #[serde(with = "crate::values::bytes::owned")]
     name: Vec<u8>,
     answer: StoredAnswer,
 }
