@@ -3,7 +3,8 @@
 //!
 //! ```text
 //! answers_by_digest  digest(caller, key)   -> (caller length | caller | key, StoredAnswer)
-//! answers_by_lsn     lsn | digest[..12]    -> decided at (i64) | digest[12..]   the purge's index, in log order
+//! answers_by_lsn     lsn | digest[..12]    -> 1 | (lsn, decided at, digest) ...
+//!                    the purge's index, in log order: a write batch's answers, keyed by its first
 //! meta               "answers_since"       -> u64   first LSN whose answer is filed
 //! ```
 //!
@@ -21,8 +22,13 @@
 //! the indexer files in order: each flushed table of it follows the one before and reaches the
 //! lower levels by a move, never rewritten. (It was keyed by the decision time, taken before the
 //! command queued, so neighbouring tables overlapped by a few milliseconds and every one was
-//! merged.) The purge walks it from where it stopped and stops at the first answer still inside
-//! the window: an answer decided a little out of log order is purged a little late, never early.
+//! merged.) A write batch's answers share one index key, a group of up to [`GROUP_MAX`] (one
+//! store item per batch instead of one per answer: the store's cost is per item). The purge
+//! walks the index from where it stopped and stops at the first answer still inside the window,
+//! writing back what is left of a group it stopped in: an answer decided a little out of log
+//! order is purged a little late, never early. Layout 4 wrote one key per answer (`lsn |
+//! digest[..12]` -> `decided at | digest[12..]`, 12 bytes, which no group is); the purge reads
+//! both.
 //! An answer decided while the wall clock was ahead by D holds every purge back for D (the
 //! store grows meanwhile; the indexer warns when the purge waits on an answer from the future).
 //!
@@ -38,9 +44,10 @@
 //! A store written before answers were filed has no `answers_since`: it is taken to be the LSN
 //! after what the store covered, and recovery files the answers of the records it replays below
 //! it (and those an older snapshot carried) before the engine serves; then it is 0. Those land in
-//! the purge's index at their own (older) LSN, or 0 for a snapshot's (in digest order): one still
-//! inside the window holds the purge back until it expires, and one behind the resume point of
-//! an earlier purge stays on disk for good (lookups still judge it by its time).
+//! the purge's index at their own (older) LSN, or 0 for a snapshot's (in groups, in the
+//! snapshot's order): one still inside the window holds the purge back until it expires (with
+//! the rest of its group), and one behind the resume point of an earlier purge stays on disk
+//! for good (lookups still judge it by its time).
 
 use std::ops::Bound;
 use std::sync::atomic::Ordering;
@@ -113,49 +120,166 @@ fn digest(name: &[u8]) -> [u8; 16] {
     out
 }
 
-/// Bytes of the digest in the purge's index key; the rest is in its value. 20 bytes of key are
-/// kept inline by the store's memtables and tables (`byteview`), where a longer key is a heap
-/// allocation whose every comparison is a pointer chase.
+/// Bytes of the digest in the purge's index key. 20 bytes of key are kept inline by the
+/// store's memtables and tables (`byteview`), where a longer key is a heap allocation whose
+/// every comparison is a pointer chase.
 const LSN_KEY_DIGEST: usize = 12;
 
-/// The purge's index entry of the answer logged at `lsn` and decided at `at_ms`:
-/// (`lsn | digest[..12]`, `at_ms | digest[12..]`).
-fn lsn_entry(lsn: u64, at_ms: i64, digest: &[u8; 16]) -> ([u8; 20], [u8; 12]) {
-    let (head, tail) = digest.split_at(LSN_KEY_DIGEST);
-    let mut key = [0u8; 20];
-    key[..8].copy_from_slice(&lsn.to_be_bytes());
-    key[8..].copy_from_slice(head);
-    let mut value = [0u8; 12];
-    value[..8].copy_from_slice(&at_ms.to_be_bytes());
-    value[8..].copy_from_slice(tail);
-    (key, value)
+/// Most answers in one group of the purge's index (32 bytes each): a write batch with more
+/// writes several groups (only recovery's upgrade path, filing under a key the index holds,
+/// makes a larger one: [`PurgeGroups::write`]).
+pub(crate) const GROUP_MAX: usize = 256;
+
+/// The first byte of a group's value. A layout-4 entry is 12 bytes, a group `1 + 32 n`.
+const GROUP_FORMAT: u8 = 1;
+
+/// Bytes of one answer in a group: LSN, decision time, digest.
+const GROUP_ITEM: usize = 32;
+
+/// One answer in the purge's index.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct PurgeEntry {
+    lsn: u64,
+    at_ms: i64,
+    digest: [u8; 16],
 }
 
-/// The (lsn, decided at, digest) of a purge index entry made by [`lsn_entry`].
-fn lsn_entry_of(key: &[u8], value: &[u8]) -> Result<(u64, i64, [u8; 16]), StoreError> {
+/// The index key of a group whose first answer is `first`: `lsn | digest[..12]`, in log order.
+fn group_key(first: &PurgeEntry) -> [u8; 20] {
+    let mut key = [0u8; 20];
+    key[..8].copy_from_slice(&first.lsn.to_be_bytes());
+    key[8..].copy_from_slice(&first.digest[..LSN_KEY_DIGEST]);
+    key
+}
+
+fn group_value(entries: &[PurgeEntry]) -> Vec<u8> {
+    let mut value = Vec::with_capacity(1 + GROUP_ITEM * entries.len());
+    value.push(GROUP_FORMAT);
+    for entry in entries {
+        value.extend_from_slice(&entry.lsn.to_be_bytes());
+        value.extend_from_slice(&entry.at_ms.to_be_bytes());
+        value.extend_from_slice(&entry.digest);
+    }
+    value
+}
+
+/// The answers of one index entry, in log order: a group, or a layout-4 entry of one answer
+/// (`lsn | digest[..12]` -> `decided at | digest[12..]`).
+fn index_entries(key: &[u8], value: &[u8]) -> Result<Vec<PurgeEntry>, StoreError> {
     let corrupt = || StoreError::Corrupt {
         what: "answer index",
         key: hex::encode(key),
-        reason: "not an LSN, a time and a digest".into(),
+        reason: "neither a group of answers nor an LSN, a time and a digest".into(),
     };
-    let (Ok(key), Ok(value)) = (<[u8; 20]>::try_from(key), <[u8; 12]>::try_from(value)) else {
+    if value.len() == 12 {
+        // Layout 4: one answer.
+        let (Some((lsn, head)), Some((at, tail))) = (
+            key.split_first_chunk::<8>()
+                .filter(|(_, head)| head.len() == LSN_KEY_DIGEST),
+            value.split_first_chunk::<8>(),
+        ) else {
+            return Err(corrupt());
+        };
+        let mut digest = [0u8; 16];
+        for (byte, from) in digest.iter_mut().zip(head.iter().chain(tail)) {
+            *byte = *from;
+        }
+        return Ok(vec![PurgeEntry {
+            lsn: u64::from_be_bytes(*lsn),
+            at_ms: i64::from_be_bytes(*at),
+            digest,
+        }]);
+    }
+    let Some((&GROUP_FORMAT, items)) = value.split_first() else {
         return Err(corrupt());
     };
-    let mut digest = [0u8; 16];
-    digest[..LSN_KEY_DIGEST].copy_from_slice(&key[8..]);
-    digest[LSN_KEY_DIGEST..].copy_from_slice(&value[8..]);
-    let mut lsn = [0u8; 8];
-    lsn.copy_from_slice(&key[..8]);
-    let mut at = [0u8; 8];
-    at.copy_from_slice(&value[..8]);
-    Ok((u64::from_be_bytes(lsn), i64::from_be_bytes(at), digest))
+    if items.is_empty() || items.len() % GROUP_ITEM != 0 {
+        return Err(corrupt());
+    }
+    let mut entries = Vec::with_capacity(items.len() / GROUP_ITEM);
+    for item in items.chunks_exact(GROUP_ITEM) {
+        let Some((lsn, rest)) = item.split_first_chunk::<8>() else {
+            return Err(corrupt());
+        };
+        let Some((at, digest)) = rest.split_first_chunk::<8>() else {
+            return Err(corrupt());
+        };
+        let Ok(digest) = <[u8; 16]>::try_from(digest) else {
+            return Err(corrupt());
+        };
+        entries.push(PurgeEntry {
+            lsn: u64::from_be_bytes(*lsn),
+            at_ms: i64::from_be_bytes(*at),
+            digest,
+        });
+    }
+    Ok(entries)
 }
 
-/// Adds `record`'s answer (logged at `lsn`) to `writes`. Records without an answer (the pending
-/// key of an unfinished move) are hot state and not filed.
+/// The purge's index entries of one write batch's answers, written by [`PurgeGroups::write`].
+#[derive(Default)]
+pub(crate) struct PurgeGroups {
+    entries: Vec<PurgeEntry>,
+}
+
+/// Whether a group's key may already be in the store.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Held {
+    /// The indexer's batches: every LSN is above what the store covers, so no key of theirs
+    /// can be held (the batch that would have written one committed nothing).
+    Never,
+    /// Recovery's upgrade path files answers of LSNs the store covers (0 for a snapshot's):
+    /// a key may be held, and what it indexed is kept.
+    Maybe,
+}
+
+impl PurgeGroups {
+    /// Writes the groups into `writes`, [`GROUP_MAX`] answers a key. Two groups of this call
+    /// under one key, or a key already in the store (`held`), share one value: an answer is
+    /// never dropped from the index by another group's write (such a value may pass
+    /// [`GROUP_MAX`]).
+    pub(crate) fn write(
+        self,
+        open: &Open,
+        writes: &mut fjall::OwnedWriteBatch,
+        held: Held,
+    ) -> Result<(), StoreError> {
+        let mut groups: Vec<([u8; 20], Vec<PurgeEntry>)> = Vec::new();
+        for chunk in self.entries.chunks(GROUP_MAX) {
+            let Some(first) = chunk.first() else {
+                continue;
+            };
+            let key = group_key(first);
+            match groups.iter_mut().find(|(other, _)| *other == key) {
+                Some((_, entries)) => entries.extend_from_slice(chunk),
+                None => groups.push((key, chunk.to_vec())),
+            }
+        }
+        for (key, entries) in groups {
+            let value = match held {
+                Held::Maybe => match open.answer_lsns.get(key)? {
+                    Some(value) => {
+                        let mut merged = index_entries(&key, &value)?;
+                        merged.extend(entries);
+                        group_value(&merged)
+                    }
+                    None => group_value(&entries),
+                },
+                Held::Never => group_value(&entries),
+            };
+            writes.insert(&open.answer_lsns, key, value);
+        }
+        Ok(())
+    }
+}
+
+/// Adds `record`'s answer (logged at `lsn`) to `writes`, and its purge entry to `groups`.
+/// Records without an answer (the pending key of an unfinished move) are hot state and not
+/// filed.
 pub(crate) fn file_answer(
     open: &Open,
     writes: &mut fjall::OwnedWriteBatch,
+    groups: &mut PurgeGroups,
     record: &IdempotencyRecord,
     lsn: u64,
 ) -> Result<(), StoreError> {
@@ -173,8 +297,11 @@ pub(crate) fn file_answer(
             response: response.clone(),
         },
     };
-    let (index_key, index_value) = lsn_entry(lsn, record.at_ms, &digest);
-    writes.insert(&open.answer_lsns, index_key, index_value);
+    groups.entries.push(PurgeEntry {
+        lsn,
+        at_ms: record.at_ms,
+        digest,
+    });
     writes.insert(&open.answers, digest, encode(&named)?);
     Ok(())
 }
@@ -228,6 +355,7 @@ impl HistoryStore {
         }
         self.with(|open| {
             let mut writes = open.db.batch();
+            let mut groups = PurgeGroups::default();
             for (lsn, record) in records {
                 let name = answer_key(&record.caller, &record.key);
                 let held = match filed(open, &name)? {
@@ -237,8 +365,9 @@ impl HistoryStore {
                 if held.is_some_and(|held| held.at_ms >= record.at_ms) {
                     continue;
                 }
-                file_answer(open, &mut writes, record, *lsn)?;
+                file_answer(open, &mut writes, &mut groups, record, *lsn)?;
             }
+            groups.write(open, &mut writes, Held::Maybe)?;
             writes.commit()?;
             Ok(())
         })
@@ -257,10 +386,10 @@ impl HistoryStore {
         self.with(|open| Ok(open.meta.insert(ANSWERS_SINCE, lsn.to_be_bytes())?))
     }
 
-    /// Removes up to `most` answers decided before `cutoff_ms` (walking at most `most` index
-    /// keys); answers how many it removed. An answer whose key was used again later (a newer
-    /// answer under the same name) is kept, only the stale index entry goes. The first layout's
-    /// answers go first, while there are any (module docs).
+    /// Removes up to `most` answers decided before `cutoff_ms` (walking at most `most` answers
+    /// of the index); answers how many it removed. An answer whose key was used again later (a
+    /// newer answer under the same name) is kept, only the stale index entry goes. The first
+    /// layout's answers go first, while there are any (module docs).
     ///
     /// Each purge starts after the last index key it removed before (kept in `meta`, written in
     /// the purge's own batch, so a reopened store resumes there too): keys before it are
@@ -289,20 +418,35 @@ impl HistoryStore {
             };
             let mut writes = open.db.batch();
             let mut removed = 0;
+            let mut walked = 0;
             let mut last = None;
             let mut stopped_at = None;
-            for guard in open.answer_lsns.range((start, Bound::Unbounded)).take(most) {
-                let (index_key, index_value) = guard.into_inner()?;
-                let (lsn, at_ms, digest) = lsn_entry_of(&index_key, &index_value)?;
-                if at_ms >= cutoff_ms {
-                    stopped_at = Some(at_ms);
+            'keys: for guard in open.answer_lsns.range((start, Bound::Unbounded)) {
+                if walked >= most {
                     break;
                 }
-                if let Some(bytes) = open.answers.get(digest)? {
-                    let named: Named = decode("answer", &digest, &bytes)?;
-                    if named.answer.lsn == lsn && named.answer.at_ms == at_ms {
-                        writes.remove(&open.answers, digest);
-                        removed += 1;
+                let (index_key, index_value) = guard.into_inner()?;
+                let entries = index_entries(&index_key, &index_value)?;
+                for (done, entry) in entries.iter().enumerate() {
+                    if entry.at_ms >= cutoff_ms || walked >= most {
+                        if entry.at_ms >= cutoff_ms {
+                            stopped_at = Some(entry.at_ms);
+                        }
+                        // What is left of the group stays indexed under its key, which the
+                        // next purge starts at.
+                        if done > 0 {
+                            let rest = entries.get(done..).unwrap_or_default();
+                            writes.insert(&open.answer_lsns, index_key.to_vec(), group_value(rest));
+                        }
+                        break 'keys;
+                    }
+                    walked += 1;
+                    if let Some(bytes) = open.answers.get(entry.digest)? {
+                        let named: Named = decode("answer", &entry.digest, &bytes)?;
+                        if named.answer.lsn == entry.lsn && named.answer.at_ms == entry.at_ms {
+                            writes.remove(&open.answers, entry.digest);
+                            removed += 1;
+                        }
                     }
                 }
                 writes.remove(&open.answer_lsns, index_key.to_vec());
@@ -458,7 +602,10 @@ mod tests {
         let filed: Vec<_> = (0..100)
             .map(|i| answer(&format!("k{i}"), 1_000 + i))
             .collect();
-        store.file_answers(&filed).unwrap();
+        // Ten write batches, so ten groups: a purge step may stop inside one.
+        for batch in filed.chunks(10) {
+            store.file_answers(batch).unwrap();
+        }
         let mut removed = 0;
         loop {
             let step = store.purge_answers_before(1_050, 7).unwrap();
@@ -501,6 +648,196 @@ mod tests {
         assert!(store.answer("customer:1", "c").unwrap().is_some());
         assert_eq!(store.purge_answers_before(1_200, 100).unwrap(), 2);
         assert!(store.answer("customer:1", "c").unwrap().is_none());
+    }
+
+    /// One write batch's answers share one index key (a group), and a purge that stops inside
+    /// a group, at a live answer or at its bound, writes back the rest of it: those are purged
+    /// later, none early, none left behind.
+    #[test]
+    fn a_batch_files_one_index_key_and_a_purge_stopping_inside_it_keeps_the_rest() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = HistoryStore::open(dir.path(), 1 << 20).unwrap();
+        let filed: Vec<_> = (0..GROUP_MAX as i64 + 40)
+            .map(|i| answer(&format!("k{i}"), 1_000 + i))
+            .collect();
+        store.file_answers(&filed).unwrap();
+        let index_keys = |store: &HistoryStore| {
+            store
+                .with(|open| Ok(open.answer_lsns.iter().count()))
+                .unwrap()
+        };
+        assert_eq!(index_keys(&store), 2, "{} answers, two groups", filed.len());
+
+        // Stopped by its bound inside the first group, then by a live answer inside it.
+        assert_eq!(store.purge_answers_before(1_100, 30).unwrap(), 30);
+        assert_eq!(
+            store.purge_stopped_at(),
+            None,
+            "stopped by its bound, not a live answer"
+        );
+        assert!(store.answer("customer:1", "k29").unwrap().is_none());
+        assert!(store.answer("customer:1", "k30").unwrap().is_some());
+        assert_eq!(index_keys(&store), 2, "the rest of the group stays indexed");
+        let first = store
+            .with(|open| {
+                let (key, value) = open.answer_lsns.iter().next().unwrap().into_inner()?;
+                index_entries(&key, &value)
+            })
+            .unwrap();
+        assert_eq!(
+            first.len(),
+            GROUP_MAX - 30,
+            "the walked answers leave the group"
+        );
+        assert_eq!(first[0].at_ms, 1_030);
+        assert_eq!(store.purge_answers_before(1_100, 1_000).unwrap(), 70);
+        assert_eq!(store.purge_stopped_at(), Some(1_100));
+        assert!(store.answer("customer:1", "k100").unwrap().is_some());
+
+        // Reopened, the purge goes on where it stopped, across both groups.
+        store.persist().unwrap();
+        store.close();
+        let store = HistoryStore::open(dir.path(), 1 << 20).unwrap();
+        assert_eq!(
+            store
+                .purge_answers_before(1_000 + GROUP_MAX as i64 + 10, 1_000)
+                .unwrap(),
+            GROUP_MAX - 100 + 10
+        );
+        let last = GROUP_MAX + 9;
+        assert!(store
+            .answer("customer:1", &format!("k{last}"))
+            .unwrap()
+            .is_none());
+        assert!(store
+            .answer("customer:1", &format!("k{}", last + 1))
+            .unwrap()
+            .is_some());
+        assert_eq!(index_keys(&store), 1, "the first group is gone");
+        assert_eq!(store.purge_answers_before(i64::MAX, 1_000).unwrap(), 30);
+        assert_eq!(index_keys(&store), 0);
+    }
+
+    /// Recovery may file an answer again under a name it holds an older answer of, with the
+    /// same LSN (0: carried by a snapshot): the group key it starts is taken, and the answers
+    /// that key indexed stay indexed with the new one.
+    #[test]
+    fn a_group_filed_under_a_key_the_index_holds_keeps_what_it_indexed() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = HistoryStore::open(dir.path(), 1 << 20).unwrap();
+        let at = |key: &str, at_ms| (0, answer(key, at_ms).1);
+        store
+            .file_answers(&[at("a", 1_000), at("b", 1_001)])
+            .unwrap();
+        store.file_answers(&[at("a", 1_500)]).unwrap();
+        assert_eq!(store.purge_answers_before(1_200, 1_000).unwrap(), 1);
+        assert!(
+            store.answer("customer:1", "b").unwrap().is_none(),
+            "b was indexed"
+        );
+        assert_eq!(
+            store.answer("customer:1", "a").unwrap().unwrap().at_ms,
+            1_500
+        );
+        assert_eq!(store.purge_answers_before(1_600, 1_000).unwrap(), 1);
+        assert!(store.answer("customer:1", "a").unwrap().is_none());
+    }
+
+    /// Two groups of one call that start with the same key (a name filed twice under one LSN
+    /// by recovery) share its value: the first group's answers stay indexed.
+    #[test]
+    fn two_groups_of_one_batch_under_one_key_share_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = HistoryStore::open(dir.path(), 1 << 20).unwrap();
+        let at = |key: &str, at_ms| (0, answer(key, at_ms).1);
+        let mut filed = vec![at("a", 1_000)];
+        filed.extend((1..GROUP_MAX as i64).map(|i| at(&format!("k{i}"), 1_000 + i)));
+        filed.push(at("a", 1_500));
+        store.file_answers(&filed).unwrap();
+        assert_eq!(
+            store.purge_answers_before(1_400, 100_000).unwrap(),
+            GROUP_MAX - 1
+        );
+        assert_eq!(
+            store.answer("customer:1", "a").unwrap().unwrap().at_ms,
+            1_500
+        );
+        assert_eq!(store.purge_answers_before(i64::MAX, 100_000).unwrap(), 1);
+    }
+
+    /// A store of layout 4 indexed each answer under its own key; those entries are purged in
+    /// log order with the groups filed after them.
+    #[test]
+    fn per_answer_entries_of_layout_4_are_purged_with_the_groups_after_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = HistoryStore::open(dir.path(), 1 << 20).unwrap();
+        store
+            .with(|open| {
+                for i in 0..5i64 {
+                    let (lsn, record) = answer(&format!("old{i}"), 1_000 + i);
+                    let name = answer_key(&record.caller, &record.key);
+                    let digest = digest(&name);
+                    let named = Named {
+                        name,
+                        answer: StoredAnswer {
+                            fingerprint: record.fingerprint,
+                            at_ms: record.at_ms,
+                            lsn,
+                            response: b"{}".to_vec(),
+                        },
+                    };
+                    // Layout 4's entry: `lsn | digest[..12]` -> `decided at | digest[12..]`.
+                    let mut key = lsn.to_be_bytes().to_vec();
+                    key.extend_from_slice(&digest[..LSN_KEY_DIGEST]);
+                    let mut value = record.at_ms.to_be_bytes().to_vec();
+                    value.extend_from_slice(&digest[LSN_KEY_DIGEST..]);
+                    open.answer_lsns.insert(key, value)?;
+                    open.answers.insert(digest, encode(&named)?)?;
+                }
+                Ok(())
+            })
+            .unwrap();
+        let new: Vec<_> = (0..5)
+            .map(|i| answer(&format!("new{i}"), 2_000 + i))
+            .collect();
+        store.file_answers(&new).unwrap();
+        assert_eq!(store.purge_answers_before(1_003, 1_000).unwrap(), 3);
+        assert!(store.answer("customer:1", "old3").unwrap().is_some());
+        assert_eq!(store.purge_answers_before(2_002, 1_000).unwrap(), 4);
+        assert!(store.answer("customer:1", "new1").unwrap().is_none());
+        assert!(store.answer("customer:1", "new2").unwrap().is_some());
+        assert_eq!(store.purge_answers_before(i64::MAX, 1_000).unwrap(), 3);
+    }
+
+    /// Bytes that are neither a group nor a layout-4 entry are refused as damaged, never read
+    /// as answers to purge.
+    #[test]
+    fn a_damaged_index_entry_is_refused() {
+        for value in [
+            vec![],
+            vec![GROUP_FORMAT],
+            vec![GROUP_FORMAT; 32],
+            vec![2; 33],
+            vec![0; 11],
+        ] {
+            assert!(
+                matches!(
+                    index_entries(&[0; 20], &value),
+                    Err(StoreError::Corrupt { .. })
+                ),
+                "{value:?}"
+            );
+        }
+        assert!(index_entries(&[0; 19], &[0; 12]).is_err());
+        let entry = PurgeEntry {
+            lsn: 7,
+            at_ms: -3,
+            digest: [9; 16],
+        };
+        assert_eq!(
+            index_entries(&group_key(&entry), &group_value(&[entry, entry])).unwrap(),
+            vec![entry, entry]
+        );
     }
 
     /// A lookup compares the name stored under the digest: an answer filed under another name
@@ -618,12 +955,13 @@ mod tests {
         }
     }
 
-    /// A store of key layout 2 (before answers by digest) or 3 (with `counts`) is marked 4 on
-    /// open and its `counts` keyspace dropped, which a walletd from before refuses; a layout
-    /// this build does not know is refused.
+    /// A store of key layout 2 (before answers by digest), 3 (with `counts`) or 4 (one purge
+    /// key per answer) is marked with the current layout on open and any `counts` keyspace
+    /// dropped, which a walletd from before refuses; a layout this build does not know is
+    /// refused.
     #[test]
     fn the_store_is_marked_with_the_current_layout_and_refuses_an_unknown_one() {
-        use crate::runtime::history::epochs::{LAYOUT, LAYOUT_DERIVED_COUNTS};
+        use crate::runtime::history::epochs::{LAYOUT, LAYOUT_CURRENT};
         let dir = tempfile::tempdir().unwrap();
         let mut store = HistoryStore::open(dir.path(), 1 << 20).unwrap();
         let layout = |store: &HistoryStore| {
@@ -631,8 +969,8 @@ mod tests {
                 .with(|open| Ok(open.meta.get(LAYOUT)?.map(|l| l.to_vec())))
                 .unwrap()
         };
-        assert_eq!(layout(&store), Some(vec![LAYOUT_DERIVED_COUNTS]));
-        for older in [2u8, 3] {
+        assert_eq!(layout(&store), Some(vec![LAYOUT_CURRENT]));
+        for older in [2u8, 3, 4] {
             store
                 .with(|open| Ok(open.meta.insert(LAYOUT, [older])?))
                 .unwrap();
@@ -650,7 +988,7 @@ mod tests {
             let reopened = HistoryStore::open(dir.path(), 1 << 20).unwrap();
             assert_eq!(
                 layout(&reopened),
-                Some(vec![LAYOUT_DERIVED_COUNTS]),
+                Some(vec![LAYOUT_CURRENT]),
                 "from {older}"
             );
             reopened

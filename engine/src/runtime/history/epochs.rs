@@ -17,7 +17,7 @@
 //! holds          epoch(id) | wallet | hold id               -> Hold
 //! entry_times    epoch(t) | wallet | t | entry id           -> ()   t: created_at as a time key
 //! wallet_epochs  wallet | kind | epoch                      -> ()   the epochs a wallet has records in
-//! meta           "layout"                                   -> 4    this layout, answers by digest, no `counts` (3: with `counts`; 2: before answers by digest; absent: wallet-first)
+//! meta           "layout"                                   -> 5    this layout, answers by digest, no `counts`, the answers' purge index grouped (4: one purge key per answer; 3: with `counts`; 2: before answers by digest; absent: wallet-first)
 //! ```
 //!
 //! A wallet's records are then one range per epoch it has records in, and `wallet_epochs`
@@ -57,6 +57,13 @@ const LAYOUT_ANSWERS: u8 = 3;
 /// store: it would read counts that are no longer written, and file page directory keys at
 /// the ordinals they give.
 pub(crate) const LAYOUT_DERIVED_COUNTS: u8 = 4;
+/// Layout 4 with the purge's index of idempotency answers grouped: one `answers_by_lsn` key
+/// per write batch's answers instead of one per answer (`super::answers`). Per-answer entries
+/// of layout 4 stay readable; the number changed so that a walletd from before refuses the
+/// store instead of failing on a grouped entry at its first purge.
+pub(crate) const LAYOUT_GROUPED_PURGE: u8 = 5;
+/// The layout this walletd writes.
+pub(crate) const LAYOUT_CURRENT: u8 = LAYOUT_GROUPED_PURGE;
 /// The way out of a store this walletd refuses to open.
 const REBUILD: &str = "Move the data dir's history/ aside and start walletd: it rebuilds the \
                        store from the log (or, if the log no longer starts at LSN 1, run \
@@ -258,12 +265,18 @@ pub(crate) fn upgrade_layout(open: &Open) -> Result<(), StoreError> {
         .into_iter()
         .any(|name| open.db.keyspace_exists(name));
     match open.meta.get(LAYOUT)? {
-        Some(layout) if layout.as_ref() == [LAYOUT_DERIVED_COUNTS] => {}
+        Some(layout) if layout.as_ref() == [LAYOUT_CURRENT] => {}
+        // Layout 4's per-answer purge entries are read beside the groups filed from now on;
+        // the mark is synced before the first group is written.
+        Some(layout) if layout.as_ref() == [LAYOUT_DERIVED_COUNTS] => {
+            open.meta.insert(LAYOUT, [LAYOUT_CURRENT])?;
+            open.db.persist(fjall::PersistMode::SyncData)?;
+        }
         // Layout 2's answers' keyspaces were created by this open ([`super::answers`]); the
         // counts of layouts 2 and 3 are dropped below, once the mark is synced.
         Some(layout) if matches!(layout.as_ref(), [LAYOUT_EPOCHS | LAYOUT_ANSWERS]) => {
             check_counts(open)?;
-            open.meta.insert(LAYOUT, [LAYOUT_DERIVED_COUNTS])?;
+            open.meta.insert(LAYOUT, [LAYOUT_CURRENT])?;
             open.db.persist(fjall::PersistMode::SyncData)?;
         }
         Some(layout) => {
@@ -278,7 +291,7 @@ pub(crate) fn upgrade_layout(open: &Open) -> Result<(), StoreError> {
             // keyspaces on its first open.
             let mut writes = open.db.batch();
             writes.insert(&open.meta, PAGES_COMPLETE, Vec::new());
-            writes.insert(&open.meta, LAYOUT, vec![LAYOUT_DERIVED_COUNTS]);
+            writes.insert(&open.meta, LAYOUT, vec![LAYOUT_CURRENT]);
             writes.commit()?;
             open.db.persist(fjall::PersistMode::SyncData)?;
         }
@@ -328,9 +341,9 @@ fn check_counts(open: &Open) -> Result<(), StoreError> {
     Ok(())
 }
 
-/// Drops the `counts` keyspace of a store marked with layout 4 (no walletd that writes it opens
-/// such a store: each refuses a layout it does not know). A crash before the drop leaves it to
-/// the next open.
+/// Drops the `counts` keyspace of a store marked with layout 4 or later (no walletd that
+/// writes it opens such a store: each refuses a layout it does not know). A crash before the
+/// drop leaves it to the next open.
 fn drop_counts(open: &Open) -> Result<(), StoreError> {
     if open.db.keyspace_exists(COUNTS_KEYSPACE) {
         let counts = open
@@ -398,7 +411,7 @@ fn copy_wallet_first(open: &Open) -> Result<(), StoreError> {
     check_counts(open)?;
     let covered = open.meta.get(INDEXED_LSN)?.map(|lsn| lsn.to_vec());
     let mut writes = open.db.batch();
-    writes.insert(&open.meta, LAYOUT, vec![LAYOUT_DERIVED_COUNTS]);
+    writes.insert(&open.meta, LAYOUT, vec![LAYOUT_CURRENT]);
     writes.insert(&open.meta, COPIED_AT, covered.unwrap_or_default());
     writes.commit()?;
     open.db.persist(fjall::PersistMode::SyncData)?;

@@ -17,7 +17,7 @@ use std::collections::HashMap;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use super::answers::file_answer;
+use super::answers::{file_answer, Held, PurgeGroups};
 use super::epochs::{
     id_epoch, record_key, time_index_key, wallet_records, EpochsSeen, ENTRY_TIMES,
 };
@@ -120,6 +120,7 @@ pub(crate) fn file_batch(
             .reports
             .load(std::sync::atomic::Ordering::Acquire)
             .then(ReportBatch::default);
+        let mut purge_groups = PurgeGroups::default();
         for record in records {
             batch.shard = record.shard;
             for event in &record.events {
@@ -129,9 +130,16 @@ pub(crate) fn file_batch(
                 }
             }
             for answer in &record.answers {
-                file_answer(open, &mut batch.writes, answer, record.lsn)?;
+                file_answer(
+                    open,
+                    &mut batch.writes,
+                    &mut purge_groups,
+                    answer,
+                    record.lsn,
+                )?;
             }
         }
+        purge_groups.write(open, &mut batch.writes, Held::Never)?;
         let Batch {
             mut writes, counts, ..
         } = batch;
@@ -629,5 +637,34 @@ mod tests {
             ),
             "{refused:?}"
         );
+    }
+
+    /// The indexer's batches index their answers for the purge: 300 answers over three records
+    /// (two groups) are all purged once expired, and none still inside the window.
+    #[test]
+    fn answers_the_indexer_files_are_purged_once_expired() {
+        use crate::runtime::journal::IdempotencyRecord;
+        let dir = tempfile::tempdir().unwrap();
+        let store = HistoryStore::open(dir.path(), 1 << 20).unwrap();
+        let answer = |i: i64| IdempotencyRecord {
+            caller: "customer:1".into(),
+            key: format!("k{i}"),
+            fingerprint: [1; 32],
+            at_ms: 1_000 + i,
+            route: 2,
+            response: Some(b"{}".to_vec()),
+            transfer_uuid: None,
+        };
+        let records: Vec<Filed> = (0..3i64)
+            .map(|record| Filed {
+                answers: (record * 100..record * 100 + 100).map(answer).collect(),
+                ..Filed::events(u64::try_from(record).unwrap() + 1, Vec::new())
+            })
+            .collect();
+        file_batch(&store, &records, &mut ChainHeads::default()).unwrap();
+        assert_eq!(store.purge_answers_before(1_250, 100_000).unwrap(), 250);
+        assert!(store.answer("customer:1", "k249").unwrap().is_none());
+        assert!(store.answer("customer:1", "k250").unwrap().is_some());
+        assert_eq!(store.purge_answers_before(i64::MAX, 100_000).unwrap(), 50);
     }
 }

@@ -505,10 +505,10 @@ mod tests {
 
     /// A store of layout 3 keeps its `counts` only if they agree with what the page directory
     /// gives: one that disagrees is refused as damaged, with the way out, and keeps its counts;
-    /// one that agrees is marked 4 and its counts are dropped.
+    /// one that agrees is marked with the current layout and its counts are dropped.
     #[test]
     fn counts_that_disagree_with_the_directory_refuse_the_upgrade() {
-        use crate::runtime::history::epochs::LAYOUT_DERIVED_COUNTS;
+        use crate::runtime::history::epochs::LAYOUT_CURRENT;
         let total = BLOCK + 5;
         let (dir, store) = store_with(total, true);
         store
@@ -539,7 +539,7 @@ mod tests {
             .with(|open| {
                 assert_eq!(
                     open.meta.get(LAYOUT)?.as_deref(),
-                    Some(&[LAYOUT_DERIVED_COUNTS][..])
+                    Some(&[LAYOUT_CURRENT][..])
                 );
                 assert!(!open.db.keyspace_exists("counts"));
                 assert_eq!(count_of(open, 7, Paged::Entry)?, total);
