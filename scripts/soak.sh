@@ -13,7 +13,10 @@
 # Every second the script appends to DIR/soak.csv: seconds since the load started, walletd's
 # RSS (VmRSS of /proc/PID/status, KiB), requests answered in that second (the difference of
 # walletd's own walletd_http_requests_total counters on /metrics, the metrics scrape itself
-# excluded), and the data dir's size (KiB). A guard stops the load and walletd when RSS passes
+# excluded), the data dir's size (KiB), and what requests waited on, as totals since walletd
+# started (slow_fsyncs: fdatasync calls of 50 ms or more; indexer_wait_ms: the WAL writer
+# blocked on the history indexer; memtable_wait_ms: the indexer blocked on the store's
+# flushes; index_lag: durable LSN - indexed LSN). A guard stops the load and walletd when RSS passes
 # --rss-limit-mib (8192): an unbounded history would otherwise take the machine down.
 #
 # Afterwards walletd is stopped with SIGTERM (it must exit 0), restarted on the same data dir,
@@ -87,11 +90,20 @@ start_walletd() {
     WALLETD_PID=$!
 }
 
-# Sum of walletd's request counters, the metrics route itself left out.
-# An unanswered scrape (a busy or stopped server) counts as the previous total, never fails.
-requests_total() {
-    { curl -sf --max-time 2 "$1/metrics" 2>/dev/null || true; } \
-        | awk '/^walletd_http_requests_total/ && !/getMetrics/ {n += $NF} END {printf "%d\n", n}'
+# One scrape of /metrics: the sum of walletd's request counters (the metrics route itself left
+# out), then what requests waited on, as totals since walletd started: fdatasync calls of 50 ms
+# or more, the ms the WAL writer waited to hand records to the history indexer, the ms the
+# indexer waited for the store's flushes, and the indexer's lag (durable LSN - indexed LSN).
+# An unanswered scrape (a busy or stopped server) prints nothing, never fails.
+scrape() {
+    { curl -sf --max-time 2 "$1/metrics" 2>/dev/null || true; } | awk '
+        /^walletd_http_requests_total/ && !/getMetrics/ {n += $NF; seen = 1}
+        /^walletd_wal_slow_fsyncs_total / {slow = $2}
+        /^walletd_wal_indexer_wait_seconds_total / {tap = $2 * 1000}
+        /^walletd_history_memtable_wait_seconds_total / {mem = $2 * 1000}
+        /^walletd_wal_durable_lsn / {durable = $2}
+        /^walletd_history_indexed_lsn / {indexed = $2}
+        END {if (seen) printf "%d %d %d %d %d\n", n, slow, tap, mem, durable - indexed}'
 }
 
 rss_kib() { awk '/^VmRSS:/ {print $2}' "/proc/$1/status" 2>/dev/null || echo 0; }
@@ -105,7 +117,7 @@ say "+ $LOAD --url $ADDRESS --mix $MIX --idempotency --connections $CONNECTIONS 
     >"$OUT/load.json" 2>"$OUT/load.log" &
 LOAD_PID=$!
 
-echo "t_s,rss_kib,rps,data_kib" > "$OUT/soak.csv"
+echo "t_s,rss_kib,rps,data_kib,slow_fsyncs,indexer_wait_ms,memtable_wait_ms,index_lag" > "$OUT/soak.csv"
 # The load generator registers and funds its customers first: the clock starts with the load.
 for _ in $(seq 6000); do
     grep -q 'load: started' "$OUT/load.log" 2>/dev/null && break
@@ -113,19 +125,23 @@ for _ in $(seq 6000); do
     sleep 0.1
 done
 GUARD=""
-previous="$(requests_total "$ADDRESS")"
+read -r previous _ < <(scrape "$ADDRESS"; echo 0)
+waits="0,0,0,0"
 started=$(date +%s.%N)
 t=0
 while kill -0 "$LOAD_PID" 2>/dev/null && [ "$t" -lt $((DURATION + 30)) ]; do
     sleep 1
     t=$((t + 1))
-    now="$(requests_total "$ADDRESS")"
+    now=""
+    if read -r now slow tap mem lag < <(scrape "$ADDRESS"); then
+        waits="$slow,$tap,$mem,$lag"
+    fi
     [ "${now:-0}" -gt 0 ] || now="$previous"
     rss="$(rss_kib "$WALLETD_PID")"
     # du fails when the store deletes a file under it; under `set -e -o pipefail` that used to
     # end the whole soak silently (and its trap stopped walletd and the load).
     data_kib="$(du -sk "$DATA" 2>/dev/null | cut -f1 || true)"
-    echo "$t,$rss,$(( ${now:-0} - ${previous:-0} )),${data_kib:-0}" >> "$OUT/soak.csv"
+    echo "$t,$rss,$(( ${now:-0} - ${previous:-0} )),${data_kib:-0},$waits" >> "$OUT/soak.csv"
     previous="${now:-$previous}"
     if [ "${rss:-0}" -gt $((RSS_LIMIT_MIB * 1024)) ]; then
         GUARD="RSS passed ${RSS_LIMIT_MIB} MiB at ${t} s: load and walletd stopped"
@@ -188,6 +204,12 @@ checks = {
     "no_guard": guard == "",
 }
 verdict = "PASS" if all(checks.values()) else "FAIL"
+if "indexer_wait_ms" in rows[-1]:
+    total = lambda name: int(rows[-1][name] or 0)
+    print("soak: waits over the run: %d fsyncs of 50 ms or more, the log waited %.1f s on the "
+          "history indexer, the indexer waited %.1f s on the store's flushes; max index lag %d records" % (
+              total("slow_fsyncs"), total("indexer_wait_ms") / 1000, total("memtable_wait_ms") / 1000,
+              max(int(r["index_lag"] or 0) for r in rows)))
 print("soak: %s: %d s (%.0f s wall), %d requests; req/s first minute %.0f, last minute %.0f (x%.2f); "
       "RSS (mean of a minute) at %d s %.0f MiB, at the end %.0f MiB (x%.2f), single samples %.0f and %.0f MiB, "
       "max %.0f MiB; restart %.2f s; audit %s (exit %s); "

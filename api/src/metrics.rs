@@ -30,6 +30,19 @@ struct Histogram {
     sum_micros: AtomicU64,
 }
 
+/// Where the log and the history indexer stand.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct LogGauges {
+    /// Newest LSN appended.
+    pub last_lsn: u64,
+    /// Newest durable LSN.
+    pub durable_lsn: u64,
+    /// Newest LSN filed in the history store (`durable_lsn` minus this is the indexer's lag).
+    pub indexed_lsn: u64,
+    /// Total time the indexer waited for the store's flushes.
+    pub memtable_wait: Duration,
+}
+
 /// Request counters and latency histograms.
 #[derive(Default)]
 pub struct Metrics {
@@ -74,8 +87,7 @@ impl Metrics {
     pub fn render(
         &self,
         wal: wal::StatsSnapshot,
-        last_lsn: u64,
-        durable_lsn: u64,
+        log: LogGauges,
         queue_depths: &[u64],
         quarantined_moves: usize,
         idempotency_keys_in_memory: usize,
@@ -155,8 +167,29 @@ impl Metrics {
             "# TYPE walletd_wal_bytes_total counter\nwalletd_wal_bytes_total {}",
             wal.bytes
         );
-        let _ = writeln!(out, "# HELP walletd_wal_last_lsn Newest LSN appended.\n# TYPE walletd_wal_last_lsn gauge\nwalletd_wal_last_lsn {last_lsn}");
-        let _ = writeln!(out, "# HELP walletd_wal_durable_lsn Newest durable LSN.\n# TYPE walletd_wal_durable_lsn gauge\nwalletd_wal_durable_lsn {durable_lsn}");
+        let _ = writeln!(
+            out,
+            "# HELP walletd_wal_slow_fsyncs_total fdatasync calls that took {} ms or more (every append waiting on one waited that long).\n# TYPE walletd_wal_slow_fsyncs_total counter\nwalletd_wal_slow_fsyncs_total {}",
+            wal::SLOW_SYNC.as_millis(),
+            wal.slow_syncs
+        );
+        let _ = writeln!(
+            out,
+            "# HELP walletd_wal_indexer_wait_seconds_total Time the WAL writer waited to hand durable records to the history indexer (its back-pressure: nothing is written meanwhile).\n# TYPE walletd_wal_indexer_wait_seconds_total counter\nwalletd_wal_indexer_wait_seconds_total {}",
+            wal.tap_wait_nanos as f64 / 1e9
+        );
+        let _ = writeln!(
+            out,
+            "# HELP walletd_history_indexed_lsn Newest LSN filed in the history store.\n# TYPE walletd_history_indexed_lsn gauge\nwalletd_history_indexed_lsn {}",
+            log.indexed_lsn
+        );
+        let _ = writeln!(
+            out,
+            "# HELP walletd_history_memtable_wait_seconds_total Time the history indexer waited for the store to flush full memtables.\n# TYPE walletd_history_memtable_wait_seconds_total counter\nwalletd_history_memtable_wait_seconds_total {}",
+            log.memtable_wait.as_secs_f64()
+        );
+        let _ = writeln!(out, "# HELP walletd_wal_last_lsn Newest LSN appended.\n# TYPE walletd_wal_last_lsn gauge\nwalletd_wal_last_lsn {}", log.last_lsn);
+        let _ = writeln!(out, "# HELP walletd_wal_durable_lsn Newest durable LSN.\n# TYPE walletd_wal_durable_lsn gauge\nwalletd_wal_durable_lsn {}", log.durable_lsn);
         let _ = writeln!(
             out,
             "# HELP walletd_shard_queue_depth Commands queued at or running on a shard."

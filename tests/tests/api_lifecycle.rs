@@ -200,6 +200,21 @@ fn unknown_paths_are_404_and_known_paths_with_another_method_are_405() {
         "{}",
         metrics.text()
     );
+    // Where a slow request waited: the log's fsyncs, the indexer's back-pressure on the log,
+    // and the store's flushes behind the indexer. Each is a number.
+    let text = metrics.text();
+    for name in [
+        "walletd_wal_slow_fsyncs_total",
+        "walletd_wal_indexer_wait_seconds_total",
+        "walletd_history_indexed_lsn",
+        "walletd_history_memtable_wait_seconds_total",
+    ] {
+        let value = text
+            .lines()
+            .find_map(|line| line.strip_prefix(&format!("{name} ")))
+            .unwrap_or_else(|| panic!("{name} missing from /metrics"));
+        assert!(value.parse::<f64>().is_ok(), "{name} {value}");
+    }
 }
 
 /// A data dir records its shard count: the offline tools find it without `--shards`, and

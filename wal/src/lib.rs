@@ -43,7 +43,9 @@ mod writer;
 mod tests;
 
 pub use error::{Error, Result};
-pub use log::{Append, DurableRecord, FsyncPolicy, Options, Recovered, StatsSnapshot, Wal};
+pub use log::{
+    Append, DurableRecord, FsyncPolicy, Options, Recovered, StatsSnapshot, Wal, SLOW_SYNC,
+};
 pub use record::RecordRef;
 pub use snapshot::Snapshot;
 pub use writer::SpareVerdict;

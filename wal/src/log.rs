@@ -134,9 +134,14 @@ pub struct Recovered {
 pub struct Stats {
     syncs: AtomicU64,
     sync_nanos: AtomicU64,
+    slow_syncs: AtomicU64,
     bytes: AtomicU64,
     records: AtomicU64,
+    tap_wait_nanos: AtomicU64,
 }
+
+/// An fdatasync at least this long is counted as slow ([`StatsSnapshot::slow_syncs`]).
+pub const SLOW_SYNC: Duration = Duration::from_millis(50);
 
 /// A copy of [`Stats`] at one moment.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -149,17 +154,33 @@ pub struct StatsSnapshot {
     pub bytes: u64,
     /// Records written (records / syncs is the mean group-commit batch).
     pub records: u64,
+    /// Syncs that took at least [`SLOW_SYNC`]: every append waiting on one waits that long.
+    pub slow_syncs: u64,
+    /// Time the writer spent handing durable batches to a full
+    /// [`Options::durable_tap`](crate::Options::durable_tap), in nanoseconds: while it waits,
+    /// nothing new is written or synced (the consumer's back-pressure on the log).
+    pub tap_wait_nanos: u64,
 }
 
 impl Stats {
     pub(crate) fn record_sync(&self, took: Duration, bytes: usize, records: u64) {
         self.records.fetch_add(records, Ordering::Relaxed);
         self.syncs.fetch_add(1, Ordering::Relaxed);
+        if took >= SLOW_SYNC {
+            self.slow_syncs.fetch_add(1, Ordering::Relaxed);
+        }
         self.sync_nanos.fetch_add(
             u64::try_from(took.as_nanos()).unwrap_or(u64::MAX),
             Ordering::Relaxed,
         );
         self.bytes.fetch_add(bytes as u64, Ordering::Relaxed);
+    }
+
+    pub(crate) fn record_tap_wait(&self, took: Duration) {
+        self.tap_wait_nanos.fetch_add(
+            u64::try_from(took.as_nanos()).unwrap_or(u64::MAX),
+            Ordering::Relaxed,
+        );
     }
 
     fn snapshot(&self) -> StatsSnapshot {
@@ -168,6 +189,8 @@ impl Stats {
             sync_nanos: self.sync_nanos.load(Ordering::Relaxed),
             bytes: self.bytes.load(Ordering::Relaxed),
             records: self.records.load(Ordering::Relaxed),
+            slow_syncs: self.slow_syncs.load(Ordering::Relaxed),
+            tap_wait_nanos: self.tap_wait_nanos.load(Ordering::Relaxed),
         }
     }
 }

@@ -184,7 +184,10 @@ impl Writer {
                         payload: pending.payload,
                     })
                     .collect();
-                if tap.send(durable).is_err() {
+                let handed = std::time::Instant::now();
+                let sent = tap.send(durable);
+                self.shared.stats.record_tap_wait(handed.elapsed());
+                if sent.is_err() {
                     tracing::error!("the consumer of durable records stopped; poisoning the log");
                     self.shared
                         .poison("the consumer of durable records stopped".into());

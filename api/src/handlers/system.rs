@@ -70,10 +70,15 @@ pub fn openapi() -> Handled {
 
 pub fn metrics(app: &SharedApp) -> Handled {
     let (last_lsn, durable_lsn) = app.engine.lsns();
+    let history = app.engine.history();
     let text = app.metrics.render(
         app.engine.wal_stats(),
-        last_lsn,
-        durable_lsn,
+        crate::metrics::LogGauges {
+            last_lsn,
+            durable_lsn,
+            indexed_lsn: history.progress().indexed_lsn,
+            memtable_wait: history.store().memtable_wait(),
+        },
         &app.engine.queue_depths(),
         app.engine.quarantined_moves().len(),
         app.engine.idempotency_keys_held(),

@@ -311,6 +311,9 @@ pub struct HistoryStore {
     /// The last index keys the purge removed (read from `meta` on the first purge): the next
     /// purge starts after them ([`HistoryStore::purge_answers_before`]).
     pub(crate) purged_to: std::sync::Mutex<super::answers::PurgedTo>,
+    /// Time the indexer waited for fjall's flushes ([`HistoryStore::rotate_full_memtables`]),
+    /// in nanoseconds: while it waits, the log waits on it.
+    memtable_wait_nanos: std::sync::atomic::AtomicU64,
 }
 
 impl std::fmt::Debug for HistoryStore {
@@ -448,6 +451,7 @@ impl HistoryStore {
         Ok(HistoryStore {
             open: std::sync::RwLock::new(Some(open)),
             purged_to: std::sync::Mutex::new(super::answers::PurgedTo::default()),
+            memtable_wait_nanos: std::sync::atomic::AtomicU64::new(0),
         })
     }
 
@@ -523,7 +527,22 @@ impl HistoryStore {
     /// A wait longer than [`FLUSH_WAIT_MAX`] stops the indexer with an error (the log is then
     /// poisoned and the process exits) rather than wedging.
     pub(crate) fn rotate_full_memtables(&self) -> Result<std::time::Duration, StoreError> {
-        self.with(rotate_full)
+        let waited = self.with(rotate_full)?;
+        self.memtable_wait_nanos.fetch_add(
+            u64::try_from(waited.as_nanos()).unwrap_or(u64::MAX),
+            std::sync::atomic::Ordering::Relaxed,
+        );
+        Ok(waited)
+    }
+
+    /// Total time the indexer has waited for the store's flushes since it opened (the
+    /// `walletd_history_memtable_wait_seconds_total` metric).
+    #[must_use]
+    pub fn memtable_wait(&self) -> std::time::Duration {
+        std::time::Duration::from_nanos(
+            self.memtable_wait_nanos
+                .load(std::sync::atomic::Ordering::Relaxed),
+        )
     }
 
     /// Seals every memtable that holds anything and waits until fjall's worker has written them
