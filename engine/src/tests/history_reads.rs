@@ -152,3 +152,57 @@ async fn verify_reports_a_page_directory_that_lost_a_block() {
     assert!(engine.verify_history().await.unwrap().is_ok());
     engine.shutdown().unwrap();
 }
+
+/// A batch that files a wallet's transactions and entries counts those on top of the
+/// directory and keeps the count of holds a reader derived and remembered before it, so the
+/// next hold page does not scan again. (A reader that remembers a count while the batch runs,
+/// after the batch read the shared counts, is kept by the batch storing only the kinds it
+/// counted; no hook lets a test land a read there.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_keeps_the_count_a_reader_remembered_for_a_kind_it_did_not_file() {
+    use crate::runtime::history::pages::counted;
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(SeededClock::new(31, START_MS));
+    let engine = open(dir.path(), clock.clone());
+    let wallet = customer_wallet(&engine, 1).await;
+    engine.execute(deposit(wallet, "1.00")).await.unwrap();
+    engine.shutdown().unwrap();
+
+    let engine = open(dir.path(), clock);
+    let slots = |engine: &Engine| {
+        engine
+            .history()
+            .store()
+            .with(|open| Ok(counted(open).get(&wallet.0).copied()))
+            .unwrap()
+    };
+    assert_eq!(
+        slots(&engine),
+        None,
+        "nothing counted since the store opened"
+    );
+    let holds = engine
+        .holds_page(wallet, Page::default())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(holds.total, 0);
+    assert_eq!(
+        slots(&engine),
+        Some([None, None, Some(0)]),
+        "the reader's count"
+    );
+
+    engine.execute(deposit(wallet, "2.00")).await.unwrap();
+    engine
+        .history()
+        .caught_up(engine.wal_last_lsn())
+        .await
+        .unwrap();
+    assert_eq!(
+        slots(&engine),
+        Some([Some(2), Some(2), Some(0)]),
+        "the batch's transactions and entries beside the reader's holds"
+    );
+    engine.shutdown().unwrap();
+}
