@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# CPU beside a soak: every 5 s, where the machine's and walletd's CPU goes.
+#
+#   scripts/soak.sh --duration 600 --no-build --out DIR &
+#   scripts/soak-sampler.sh DIR
+#
+# Waits for the walletd of DIR/commands.txt ("# walletd pid N at URL"), then until it exits
+# appends to DIR/sampler.txt one line every 5 s: seconds since it started, the machine's busy
+# and iowait ticks (/proc/stat, all CPUs), walletd's and walletd-load's utime + stime ticks,
+# the WAL's fsyncs, fsync seconds and records (walletd's /metrics), and each walletd thread's
+# utime + stime ticks by name (threads of one name summed by whoever reads them). Every value
+# is a running total: differences between lines give rates (ticks are 1/100 s).
+set -euo pipefail
+OUT="${1:-}"
+[ -n "$OUT" ] || { echo "usage: scripts/soak-sampler.sh DIR, the --out of a running soak" >&2; exit 2; }
+for _ in $(seq 120); do
+    grep -q 'walletd pid' "$OUT/commands.txt" 2>/dev/null && break
+    sleep 1
+done
+PID="$(grep -o 'walletd pid [0-9]*' "$OUT/commands.txt" | head -1 | awk '{print $3}')"
+URL="$(grep -o 'at http://[0-9.:]*' "$OUT/commands.txt" | head -1 | cut -c4-)"
+[ -n "$PID" ] && [ -n "$URL" ] || { echo "soak-sampler: no walletd in $OUT/commands.txt" >&2; exit 1; }
+echo "t busy iowait walletd_ticks load_ticks fsyncs fsync_s records threads" > "$OUT/sampler.txt"
+T0=$(date +%s)
+while kill -0 "$PID" 2>/dev/null; do
+    read -r _ user nice system _ iowait irq softirq steal _ < /proc/stat
+    walletd="$(awk '{print $14 + $15}' "/proc/$PID/stat" 2>/dev/null || echo 0)"
+    load_pid="$(pgrep -f walletd-load | head -1 || true)"
+    load=0
+    [ -n "$load_pid" ] && load="$(awk '{print $14 + $15}' "/proc/$load_pid/stat" 2>/dev/null || echo 0)"
+    wal="$(curl -sf --max-time 2 "$URL/metrics" 2>/dev/null \
+        | awk '/^walletd_wal_fsyncs_total / {a = $2} /^walletd_wal_fsync_seconds_total / {b = $2}
+               /^walletd_wal_records_total / {c = $2} END {print a + 0, b + 0, c + 0}' || echo "0 0 0")"
+    threads="$(for task in /proc/"$PID"/task/*; do
+        awk '{name = $2; gsub(/[() ]/, "", name); printf "%s=%d,", name, $14 + $15}' "$task/stat" 2>/dev/null || true
+    done)"
+    echo "$(( $(date +%s) - T0 )) $((user + nice + system + irq + softirq + steal)) $iowait $walletd $load $wal $threads" \
+        >> "$OUT/sampler.txt"
+    sleep 5
+done
