@@ -30,6 +30,25 @@ struct Histogram {
     sum_micros: AtomicU64,
 }
 
+/// The type line of a metric without labels.
+#[derive(Clone, Copy)]
+enum Kind {
+    Counter,
+    Gauge,
+}
+
+/// Writes one metric without labels: its help, its type and its value.
+fn scalar(out: &mut String, name: &str, kind: Kind, help: &str, value: &dyn std::fmt::Display) {
+    let kind = match kind {
+        Kind::Counter => "counter",
+        Kind::Gauge => "gauge",
+    };
+    let _ = writeln!(
+        out,
+        "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}"
+    );
+}
+
 /// Where the log and the history indexer stand.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct LogGauges {
@@ -138,58 +157,28 @@ impl Metrics {
                 "walletd_http_request_duration_seconds_count{{operation=\"{operation}\"}} {count}"
             );
         }
-        let _ = writeln!(out, "# HELP walletd_wal_fsyncs_total Write + fdatasync rounds of the WAL writer (group commits).");
-        let _ = writeln!(
-            out,
-            "# TYPE walletd_wal_fsyncs_total counter\nwalletd_wal_fsyncs_total {}",
-            wal.syncs
+        let slow_help = format!(
+            "fdatasync calls that took {} ms or more (every append waiting on one waited that long).",
+            wal::SLOW_SYNC.as_millis()
         );
-        let _ = writeln!(
-            out,
-            "# HELP walletd_wal_fsync_seconds_total Time spent in fdatasync."
-        );
-        let _ = writeln!(
-            out,
-            "# TYPE walletd_wal_fsync_seconds_total counter\nwalletd_wal_fsync_seconds_total {}",
-            wal.sync_nanos as f64 / 1e9
-        );
-        let _ = writeln!(
-            out,
-            "# HELP walletd_wal_records_total Records written to the WAL (records / fsyncs = mean batch).\n# TYPE walletd_wal_records_total counter\nwalletd_wal_records_total {}",
-            wal.records
-        );
-        let _ = writeln!(
-            out,
-            "# HELP walletd_wal_bytes_total Bytes written to the WAL."
-        );
-        let _ = writeln!(
-            out,
-            "# TYPE walletd_wal_bytes_total counter\nwalletd_wal_bytes_total {}",
-            wal.bytes
-        );
-        let _ = writeln!(
-            out,
-            "# HELP walletd_wal_slow_fsyncs_total fdatasync calls that took {} ms or more (every append waiting on one waited that long).\n# TYPE walletd_wal_slow_fsyncs_total counter\nwalletd_wal_slow_fsyncs_total {}",
-            wal::SLOW_SYNC.as_millis(),
-            wal.slow_syncs
-        );
-        let _ = writeln!(
-            out,
-            "# HELP walletd_wal_indexer_wait_seconds_total Time the WAL writer waited to hand durable records to the history indexer (its back-pressure: nothing is written meanwhile).\n# TYPE walletd_wal_indexer_wait_seconds_total counter\nwalletd_wal_indexer_wait_seconds_total {}",
-            wal.tap_wait_nanos as f64 / 1e9
-        );
-        let _ = writeln!(
-            out,
-            "# HELP walletd_history_indexed_lsn Newest LSN filed in the history store.\n# TYPE walletd_history_indexed_lsn gauge\nwalletd_history_indexed_lsn {}",
-            log.indexed_lsn
-        );
-        let _ = writeln!(
-            out,
-            "# HELP walletd_history_memtable_wait_seconds_total Time the history indexer waited for the store to flush full memtables.\n# TYPE walletd_history_memtable_wait_seconds_total counter\nwalletd_history_memtable_wait_seconds_total {}",
-            log.memtable_wait.as_secs_f64()
-        );
-        let _ = writeln!(out, "# HELP walletd_wal_last_lsn Newest LSN appended.\n# TYPE walletd_wal_last_lsn gauge\nwalletd_wal_last_lsn {}", log.last_lsn);
-        let _ = writeln!(out, "# HELP walletd_wal_durable_lsn Newest durable LSN.\n# TYPE walletd_wal_durable_lsn gauge\nwalletd_wal_durable_lsn {}", log.durable_lsn);
+        let fsync_seconds = wal.sync_nanos as f64 / 1e9;
+        let tap_wait_seconds = wal.tap_wait_nanos as f64 / 1e9;
+        let memtable_wait_seconds = log.memtable_wait.as_secs_f64();
+        let scalars: [(&str, Kind, &str, &dyn std::fmt::Display); 10] = [
+            ("walletd_wal_fsyncs_total", Kind::Counter, "Write + fdatasync rounds of the WAL writer (group commits).", &wal.syncs),
+            ("walletd_wal_fsync_seconds_total", Kind::Counter, "Time spent in fdatasync.", &fsync_seconds),
+            ("walletd_wal_records_total", Kind::Counter, "Records written to the WAL (records / fsyncs = mean batch).", &wal.records),
+            ("walletd_wal_bytes_total", Kind::Counter, "Bytes written to the WAL.", &wal.bytes),
+            ("walletd_wal_slow_fsyncs_total", Kind::Counter, &slow_help, &wal.slow_syncs),
+            ("walletd_wal_indexer_wait_seconds_total", Kind::Counter, "Time the WAL writer waited to hand durable records to the history indexer (its back-pressure: nothing is written meanwhile).", &tap_wait_seconds),
+            ("walletd_history_indexed_lsn", Kind::Gauge, "Newest LSN filed in the history store.", &log.indexed_lsn),
+            ("walletd_history_memtable_wait_seconds_total", Kind::Counter, "Time the history indexer waited for the store to flush full memtables.", &memtable_wait_seconds),
+            ("walletd_wal_last_lsn", Kind::Gauge, "Newest LSN appended.", &log.last_lsn),
+            ("walletd_wal_durable_lsn", Kind::Gauge, "Newest durable LSN.", &log.durable_lsn),
+        ];
+        for (name, kind, help, value) in scalars {
+            scalar(&mut out, name, kind, help, value);
+        }
         let _ = writeln!(
             out,
             "# HELP walletd_shard_queue_depth Commands queued at or running on a shard."

@@ -428,10 +428,9 @@ impl HistoryStore {
                 let (index_key, index_value) = guard.into_inner()?;
                 let entries = index_entries(&index_key, &index_value)?;
                 for (done, entry) in entries.iter().enumerate() {
-                    if entry.at_ms >= cutoff_ms || walked >= most {
-                        if entry.at_ms >= cutoff_ms {
-                            stopped_at = Some(entry.at_ms);
-                        }
+                    let live = entry.at_ms >= cutoff_ms;
+                    if live || walked >= most {
+                        stopped_at = live.then_some(entry.at_ms);
                         // What is left of the group stays indexed under its key, which the
                         // next purge starts at.
                         if done > 0 {
