@@ -16,7 +16,10 @@
 # excluded), the data dir's size (KiB), and what requests waited on, as totals since walletd
 # started (slow_fsyncs: fdatasync calls of 50 ms or more; indexer_wait_ms: the WAL writer
 # blocked on the history indexer; memtable_wait_ms: the indexer blocked on the store's
-# flushes; index_lag: durable LSN - indexed LSN). A guard stops the load and walletd when RSS passes
+# flushes; index_lag: durable LSN - indexed LSN), and what the history store holds in memory
+# (store_memtables_kib, store_cache_kib, store_filters_kib, store_indexes_kib: its memtables,
+# block cache, pinned bloom filters and pinned block indexes) with its table count (store_tables):
+# which part of RSS is the store, and whether one part grows with history. A guard stops the load and walletd when RSS passes
 # --rss-limit-mib (8192): an unbounded history would otherwise take the machine down.
 #
 # Afterwards walletd is stopped with SIGTERM (it must exit 0), restarted on the same data dir,
@@ -93,7 +96,8 @@ start_walletd() {
 # One scrape of /metrics: the sum of walletd's request counters (the metrics route itself left
 # out), then what requests waited on, as totals since walletd started: fdatasync calls of 50 ms
 # or more, the ms the WAL writer waited to hand records to the history indexer, the ms the
-# indexer waited for the store's flushes, and the indexer's lag (durable LSN - indexed LSN).
+# indexer waited for the store's flushes, and the indexer's lag (durable LSN - indexed LSN);
+# then the store's memory by part (KiB) and its table count.
 # An unanswered scrape (a busy or stopped server) prints nothing, never fails.
 scrape() {
     { curl -sf --max-time 2 "$1/metrics" 2>/dev/null || true; } | awk '
@@ -103,7 +107,10 @@ scrape() {
         /^walletd_history_memtable_wait_seconds_total / {mem = $2 * 1000}
         /^walletd_wal_durable_lsn / {durable = $2}
         /^walletd_history_indexed_lsn / {indexed = $2}
-        END {if (seen) printf "%d %d %d %d %d\n", n, slow, tap, mem, durable - indexed}'
+        /^walletd_history_memory_bytes/ {split($1, p, "\""); part[p[2]] = $2 / 1024}
+        /^walletd_history_tables / {tables = $2}
+        END {if (seen) printf "%d %d %d %d %d %d,%d,%d,%d,%d\n", n, slow, tap, mem, durable - indexed,
+            part["memtables"], part["block_cache"], part["pinned_filters"], part["pinned_indexes"], tables}'
 }
 
 rss_kib() { awk '/^VmRSS:/ {print $2}' "/proc/$1/status" 2>/dev/null || echo 0; }
@@ -117,7 +124,7 @@ say "+ $LOAD --url $ADDRESS --mix $MIX --idempotency --connections $CONNECTIONS 
     >"$OUT/load.json" 2>"$OUT/load.log" &
 LOAD_PID=$!
 
-echo "t_s,rss_kib,rps,data_kib,slow_fsyncs,indexer_wait_ms,memtable_wait_ms,index_lag" > "$OUT/soak.csv"
+echo "t_s,rss_kib,rps,data_kib,slow_fsyncs,indexer_wait_ms,memtable_wait_ms,index_lag,store_memtables_kib,store_cache_kib,store_filters_kib,store_indexes_kib,store_tables" > "$OUT/soak.csv"
 # The load generator registers and funds its customers first: the clock starts with the load.
 for _ in $(seq 6000); do
     grep -q 'load: started' "$OUT/load.log" 2>/dev/null && break
@@ -127,21 +134,23 @@ done
 GUARD=""
 read -r previous _ < <(scrape "$ADDRESS"; echo 0)
 waits="0,0,0,0"
+store="0,0,0,0,0"
 started=$(date +%s.%N)
 t=0
 while kill -0 "$LOAD_PID" 2>/dev/null && [ "$t" -lt $((DURATION + 30)) ]; do
     sleep 1
     t=$((t + 1))
     now=""
-    if read -r now slow tap mem lag < <(scrape "$ADDRESS"); then
+    if read -r now slow tap mem lag parts < <(scrape "$ADDRESS"); then
         waits="$slow,$tap,$mem,$lag"
+        store="$parts"
     fi
     [ "${now:-0}" -gt 0 ] || now="$previous"
     rss="$(rss_kib "$WALLETD_PID")"
     # du fails when the store deletes a file under it; under `set -e -o pipefail` that used to
     # end the whole soak silently (and its trap stopped walletd and the load).
     data_kib="$(du -sk "$DATA" 2>/dev/null | cut -f1 || true)"
-    echo "$t,$rss,$(( ${now:-0} - ${previous:-0} )),${data_kib:-0},$waits" >> "$OUT/soak.csv"
+    echo "$t,$rss,$(( ${now:-0} - ${previous:-0} )),${data_kib:-0},$waits,$store" >> "$OUT/soak.csv"
     previous="${now:-$previous}"
     if [ "${rss:-0}" -gt $((RSS_LIMIT_MIB * 1024)) ]; then
         GUARD="RSS passed ${RSS_LIMIT_MIB} MiB at ${t} s: load and walletd stopped"
@@ -210,6 +219,16 @@ if "indexer_wait_ms" in rows[-1]:
           "history indexer, the indexer waited %.1f s on the store's flushes; max index lag %d records" % (
               total("slow_fsyncs"), total("indexer_wait_ms") / 1000, total("memtable_wait_ms") / 1000,
               max(int(r["index_lag"] or 0) for r in rows)))
+if "store_tables" in rows[-1]:
+    parts = ["store_memtables_kib", "store_cache_kib", "store_filters_kib", "store_indexes_kib"]
+    def store_at(window):
+        chosen = [r for r in rows if window(float(r["t_s"]))] or rows[-1:]
+        return [mean([int(r[p] or 0) for r in chosen]) / 1024 for p in parts], int(chosen[-1]["store_tables"] or 0)
+    (m_mid, tables_mid), (m_end, tables_end) = store_at(lambda s: abs(s - mid) <= 30), store_at(lambda s: s > end - 60)
+    print("soak: the store's memory (MiB, mean of a minute) at %d s and at the end: memtables %.0f, %.0f; "
+          "block cache %.0f, %.0f; pinned filters %.1f, %.1f; pinned indexes %.1f, %.1f; tables %d, %d" % (
+              mid, m_mid[0], m_end[0], m_mid[1], m_end[1], m_mid[2], m_end[2], m_mid[3], m_end[3],
+              tables_mid, tables_end))
 print("soak: %s: %d s (%.0f s wall), %d requests; req/s first minute %.0f, last minute %.0f (x%.2f); "
       "RSS (mean of a minute) at %d s %.0f MiB, at the end %.0f MiB (x%.2f), single samples %.0f and %.0f MiB, "
       "max %.0f MiB; restart %.2f s; audit %s (exit %s); "

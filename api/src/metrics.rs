@@ -9,6 +9,10 @@
 //! - `walletd_quarantined_moves`: cross-shard moves recovery could not finish (left reserved)
 //! - `walletd_idempotency_keys_in_memory`: keys in flight or answered but not yet filed in the
 //!   history store (flat under load; the answers themselves live in the store)
+//! - `walletd_history_memory_bytes{part}`: what the history store holds in memory
+//!   (`memtables`, `block_cache`, `pinned_filters`, `pinned_indexes`), and
+//!   `walletd_history_tables`, its tables on disk: which part of RSS is the store, and whether
+//!   one grows with history
 //! - `walletd_webhook_events_total{provider,result}`: provider events by what they did
 //!   (`applied`, `not_applied`, `duplicate`, `refused`: bad signature, stale or invalid)
 
@@ -60,6 +64,8 @@ pub struct LogGauges {
     pub indexed_lsn: u64,
     /// Total time the indexer waited for the store's flushes.
     pub memtable_wait: Duration,
+    /// What the history store holds in memory (`None` when it could not be read: not served).
+    pub store_memory: Option<engine::runtime::history::StoreMemory>,
 }
 
 /// Request counters and latency histograms.
@@ -178,6 +184,30 @@ impl Metrics {
         ];
         for (name, kind, help, value) in scalars {
             scalar(&mut out, name, kind, help, value);
+        }
+        if let Some(memory) = log.store_memory {
+            let _ = writeln!(
+                out,
+                "# HELP walletd_history_memory_bytes What the history store holds in memory, by part.\n# TYPE walletd_history_memory_bytes gauge"
+            );
+            for (part, bytes) in [
+                ("memtables", memory.memtables),
+                ("block_cache", memory.block_cache),
+                ("pinned_filters", memory.pinned_filters),
+                ("pinned_indexes", memory.pinned_indexes),
+            ] {
+                let _ = writeln!(
+                    out,
+                    "walletd_history_memory_bytes{{part=\"{part}\"}} {bytes}"
+                );
+            }
+            scalar(
+                &mut out,
+                "walletd_history_tables",
+                Kind::Gauge,
+                "Tables of the history store on disk, all keyspaces.",
+                &memory.tables,
+            );
         }
         let _ = writeln!(
             out,

@@ -208,6 +208,12 @@ fn unknown_paths_are_404_and_known_paths_with_another_method_are_405() {
         "walletd_wal_indexer_wait_seconds_total",
         "walletd_history_indexed_lsn",
         "walletd_history_memtable_wait_seconds_total",
+        // And what the store holds in memory, by part, beside its tables on disk.
+        "walletd_history_memory_bytes{part=\"memtables\"}",
+        "walletd_history_memory_bytes{part=\"block_cache\"}",
+        "walletd_history_memory_bytes{part=\"pinned_filters\"}",
+        "walletd_history_memory_bytes{part=\"pinned_indexes\"}",
+        "walletd_history_tables",
     ] {
         let value = text
             .lines()

@@ -78,6 +78,7 @@ pub fn metrics(app: &SharedApp) -> Handled {
             durable_lsn,
             indexed_lsn: history.progress().indexed_lsn,
             memtable_wait: history.store().memtable_wait(),
+            store_memory: history.store().memory().ok(),
         },
         &app.engine.queue_depths(),
         app.engine.quarantined_moves().len(),

@@ -667,4 +667,48 @@ mod tests {
         assert!(store.answer("customer:1", "k250").unwrap().is_some());
         assert_eq!(store.purge_answers_before(i64::MAX, 100_000).unwrap(), 50);
     }
+
+    /// The store's memory by part follows what it holds: filed records sit in memtables until
+    /// a flush writes them to tables, and reading them back fills the block cache.
+    #[test]
+    fn the_store_reports_its_memtables_tables_and_cache() {
+        use crate::runtime::journal::IdempotencyRecord;
+        let dir = tempfile::tempdir().unwrap();
+        let store = HistoryStore::open(dir.path(), 1 << 20).unwrap();
+        // A new store holds only its marks (layout, completeness).
+        let empty = store.memory().unwrap();
+        assert!(empty.memtables < 4_096, "{empty:?}");
+        assert_eq!(empty.tables, 0, "{empty:?}");
+        let answers = (0..200)
+            .map(|i| IdempotencyRecord {
+                caller: "customer:1".into(),
+                key: format!("k{i}"),
+                fingerprint: [1; 32],
+                at_ms: 1_000,
+                route: 2,
+                response: Some(vec![b'x'; 100]),
+                transfer_uuid: None,
+            })
+            .collect();
+        let filed = Filed {
+            answers,
+            ..Filed::events(1, Vec::new())
+        };
+        file_batch(&store, &[filed], &mut ChainHeads::default()).unwrap();
+        let filing = store.memory().unwrap();
+        assert!(filing.memtables > 20_000, "{filing:?}");
+        assert_eq!(filing.tables, 0, "{filing:?}");
+        store.flush_memtables().unwrap();
+        let flushed = store.memory().unwrap();
+        assert_eq!(flushed.memtables, 0, "{flushed:?}");
+        assert!(flushed.tables > 0, "{flushed:?}");
+        for i in 0..200 {
+            assert!(store
+                .answer("customer:1", &format!("k{i}"))
+                .unwrap()
+                .is_some());
+        }
+        let read = store.memory().unwrap();
+        assert!(read.block_cache > 0, "{read:?}");
+    }
 }

@@ -302,6 +302,22 @@ impl Open {
     }
 }
 
+/// What the history store holds in memory ([`HistoryStore::memory`]), in bytes, and how many
+/// tables it has on disk.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StoreMemory {
+    /// Active and sealed memtables of every keyspace (bounded by the indexer's sealing).
+    pub memtables: u64,
+    /// Blocks in the block cache (bounded by its capacity, `cache_bytes`).
+    pub block_cache: u64,
+    /// Bloom filters kept in memory for the tables of the levels fjall pins them for.
+    pub pinned_filters: u64,
+    /// Block indexes kept in memory for the tables of the levels fjall pins them for.
+    pub pinned_indexes: u64,
+    /// Tables of every keyspace.
+    pub tables: u64,
+}
+
 /// The history store. Cheap to share: reads run beside the indexer's writes and see only what
 /// it has committed.
 pub struct HistoryStore {
@@ -562,6 +578,26 @@ impl HistoryStore {
     /// on-disk tables.
     pub fn memtable_bytes(&self) -> Result<u64, StoreError> {
         self.with(|open| Ok(open.db.write_buffer_size()))
+    }
+
+    /// What the store holds in memory, by part, and its table count (the
+    /// `walletd_history_memory_bytes` and `walletd_history_tables` metrics): which part of
+    /// walletd's RSS the store is, and whether one of them grows with history.
+    pub fn memory(&self) -> Result<StoreMemory, StoreError> {
+        use fjall::AbstractTree;
+        self.with(|open| {
+            let mut memory = StoreMemory {
+                memtables: open.db.write_buffer_size(),
+                block_cache: open.db.cache_size(),
+                ..StoreMemory::default()
+            };
+            for (keyspace, _) in open.keyspaces() {
+                memory.pinned_filters += keyspace.tree.pinned_filter_size() as u64;
+                memory.pinned_indexes += keyspace.tree.pinned_block_index_size() as u64;
+                memory.tables += keyspace.tree.table_count() as u64;
+            }
+            Ok(memory)
+        })
     }
 
     /// Makes everything committed so far durable (a checkpoint).
