@@ -373,6 +373,18 @@ impl HistoryStore {
                 options = options.data_block_compression_policy(
                     fjall::config::CompressionPolicy::all(compressed),
                 );
+                // No table keeps its block index or bloom filter in memory: they go through
+                // the block cache, which is bounded. fjall pins L0's and L1's indexes and L0's
+                // filters by default, decided when it writes a table (a merge out of L0 counts
+                // as L1 wherever the base level sits), and a table keeps it when compaction
+                // moves it down a level without rewriting it, which is how most tables of the
+                // epoch-first keyspaces (and every table of `answers_by_lsn`) reach the deeper
+                // levels: the pinned indexes grew with every table ever written, 2 MiB a minute
+                // under the soak, without bound (BENCHMARKS.md, "What the store holds in
+                // memory"). Kept with the keyspace when it is created.
+                options = options
+                    .index_block_pinning_policy(fjall::config::PinningPolicy::disabled())
+                    .filter_block_pinning_policy(fjall::config::PinningPolicy::disabled());
                 // Merging eight 16 MiB tables at a time instead of four halves how often an
                 // L0 -> L1 compaction rewrites the tables it overlaps (L1 stays 8 x 32 MiB =
                 // 256 MiB). Measured when these keyspaces were keyed wallet-first, where every
@@ -1703,5 +1715,49 @@ mod compactor_tests {
         drop(store);
         super::run_compactor(dropped, failure.clone());
         assert!(failure.get().is_none(), "closing is not a failure");
+    }
+
+    /// No table keeps its block index or bloom filter in memory, neither when it is flushed
+    /// nor when a merge writes it for L1: so tables that later move down without a rewrite
+    /// (most of the epoch-first keyspaces') carry none with them. With fjall's default (indexes of L0 and
+    /// L1, filters of L0) the pinned indexes grew with every table written (BENCHMARKS.md).
+    #[test]
+    fn no_table_keeps_its_index_or_filter_in_memory() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = HistoryStore::open(dir.path(), 1 << 20).unwrap();
+        let pinned = |store: &HistoryStore| {
+            store
+                .with(|open| {
+                    Ok(open.entries.tree.pinned_block_index_size()
+                        + open.entries.tree.pinned_filter_size())
+                })
+                .unwrap()
+        };
+        flushed_tables(&store, 1, 0);
+        assert_eq!(pinned(&store), 0, "a flushed table");
+        flushed_tables(&store, 8, 1);
+        for which in 0..HistoryStore::COMPACTED {
+            while store.compact_step(which).unwrap() {}
+        }
+        assert_eq!(pinned(&store), 0, "after compaction");
+        let memory = store.memory().unwrap();
+        assert!(memory.tables > 0, "{memory:?}");
+        assert_eq!(
+            memory.pinned_indexes + memory.pinned_filters,
+            0,
+            "{memory:?}"
+        );
+        // Reads still find every key, through the block cache.
+        store
+            .with(|open| {
+                for table in 0..9u64 {
+                    for n in 0..100u64 {
+                        assert!(open.entries.get(record_key(n, table * 100 + n))?.is_some());
+                    }
+                }
+                Ok(())
+            })
+            .unwrap();
+        assert!(store.memory().unwrap().block_cache > 0);
     }
 }
