@@ -18,9 +18,10 @@
 # blocked on the history indexer; memtable_wait_ms: the indexer blocked on the store's
 # flushes; index_lag: durable LSN - indexed LSN), and what the history store holds in memory
 # (store_memtables_kib, store_cache_kib, store_filters_kib, store_indexes_kib: its memtables,
-# block cache, pinned bloom filters and pinned block indexes) with its table count (store_tables):
-# which part of RSS is the store, and whether one part grows with history. A guard stops the load and walletd when RSS passes
-# --rss-limit-mib (8192): an unbounded history would otherwise take the machine down.
+# block cache, pinned bloom filters and pinned block indexes) with its table count
+# (store_tables): which part of RSS is the store, and whether one part grows with history.
+# A guard stops the load and walletd when RSS passes --rss-limit-mib (8192): an unbounded
+# history would otherwise take the machine down.
 #
 # Afterwards walletd is stopped with SIGTERM (it must exit 0), restarted on the same data dir,
 # and the time until GET /v1/health answers 200 is the restart time. DIR/soak.svg plots RSS and
@@ -56,7 +57,7 @@ while [ $# -gt 0 ]; do
         --out) OUT="$2"; shift 2 ;;
         --no-build) BUILD=0; shift ;;
         --keep-data) KEEP_DATA=1; shift ;;
-        -h|--help) sed -n '2,28p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,35p' "$0"; exit 0 ;;
         *) echo "soak: unknown argument $1 (see --help)" >&2; exit 2 ;;
     esac
 done
