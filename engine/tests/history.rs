@@ -480,7 +480,7 @@ async fn a_clean_shutdown_leaves_no_store_journal_to_replay() {
     let store =
         engine::runtime::history::HistoryStore::open(&dir.path().join(STORE_DIR), 1 << 20).unwrap();
     assert_eq!(
-        store.memtable_bytes().unwrap(),
+        store.memory().unwrap().memtables,
         0,
         "the reopened store replayed journal into its memtables"
     );
