@@ -19,7 +19,10 @@
 # flushes; index_lag: durable LSN - indexed LSN), and what the history store holds in memory
 # (store_memtables_kib, store_cache_kib, store_filters_kib, store_indexes_kib: its memtables,
 # block cache, pinned bloom filters and pinned block indexes) with its table count
-# (store_tables): which part of RSS is the store, and whether one part grows with history.
+# (store_tables): which part of RSS is the store, and whether one part grows with history;
+# and the background snapshots (snapshot_running: 1 while one is built; snapshots_written,
+# snapshots_failed and snapshot_cpu_ms: totals since walletd started), so a slow minute can
+# be told from one that paid for a snapshot.
 # A guard stops the load and walletd when RSS passes --rss-limit-mib (8192): an unbounded
 # history would otherwise take the machine down.
 #
@@ -98,7 +101,8 @@ start_walletd() {
 # out), then what requests waited on, as totals since walletd started: fdatasync calls of 50 ms
 # or more, the ms the WAL writer waited to hand records to the history indexer, the ms the
 # indexer waited for the store's flushes, and the indexer's lag (durable LSN - indexed LSN);
-# then the store's memory by part (KiB) and its table count.
+# then the store's memory by part (KiB) and its table count; then whether a snapshot is being
+# built, the snapshots written and failed, and their CPU ms.
 # An unanswered scrape (a busy or stopped server) prints nothing, never fails.
 scrape() {
     { curl -sf --max-time 2 "$1/metrics" 2>/dev/null || true; } | awk '
@@ -110,8 +114,13 @@ scrape() {
         /^walletd_history_indexed_lsn / {indexed = $2}
         /^walletd_history_memory_bytes/ {split($1, p, "\""); part[p[2]] = $2 / 1024}
         /^walletd_history_tables / {tables = $2}
-        END {if (seen) printf "%d %d %d %d %d %d,%d,%d,%d,%d\n", n, slow, tap, mem, durable - indexed,
-            part["memtables"], part["block_cache"], part["pinned_filters"], part["pinned_indexes"], tables}'
+        /^walletd_snapshot_running / {running = $2}
+        /^walletd_snapshots_total\{result="written"\} / {written = $2}
+        /^walletd_snapshots_total\{result="failed"\} / {failed = $2}
+        /^walletd_snapshot_cpu_seconds_total / {snap_cpu = $2 * 1000}
+        END {if (seen) printf "%d %d %d %d %d %d,%d,%d,%d,%d %d,%d,%d,%d\n", n, slow, tap, mem, durable - indexed,
+            part["memtables"], part["block_cache"], part["pinned_filters"], part["pinned_indexes"], tables,
+            running, written, failed, snap_cpu}'
 }
 
 rss_kib() { awk '/^VmRSS:/ {print $2}' "/proc/$1/status" 2>/dev/null || echo 0; }
@@ -125,7 +134,7 @@ say "+ $LOAD --url $ADDRESS --mix $MIX --idempotency --connections $CONNECTIONS 
     >"$OUT/load.json" 2>"$OUT/load.log" &
 LOAD_PID=$!
 
-echo "t_s,rss_kib,rps,data_kib,slow_fsyncs,indexer_wait_ms,memtable_wait_ms,index_lag,store_memtables_kib,store_cache_kib,store_filters_kib,store_indexes_kib,store_tables" > "$OUT/soak.csv"
+echo "t_s,rss_kib,rps,data_kib,slow_fsyncs,indexer_wait_ms,memtable_wait_ms,index_lag,store_memtables_kib,store_cache_kib,store_filters_kib,store_indexes_kib,store_tables,snapshot_running,snapshots_written,snapshots_failed,snapshot_cpu_ms" > "$OUT/soak.csv"
 # The load generator registers and funds its customers first: the clock starts with the load.
 for _ in $(seq 6000); do
     grep -q 'load: started' "$OUT/load.log" 2>/dev/null && break
@@ -136,22 +145,24 @@ GUARD=""
 read -r previous _ < <(scrape "$ADDRESS"; echo 0)
 waits="0,0,0,0"
 store="0,0,0,0,0"
+snaps="0,0,0,0"
 started=$(date +%s.%N)
 t=0
 while kill -0 "$LOAD_PID" 2>/dev/null && [ "$t" -lt $((DURATION + 30)) ]; do
     sleep 1
     t=$((t + 1))
     now=""
-    if read -r now slow tap mem lag parts < <(scrape "$ADDRESS"); then
+    if read -r now slow tap mem lag parts snapshots < <(scrape "$ADDRESS"); then
         waits="$slow,$tap,$mem,$lag"
         store="$parts"
+        snaps="$snapshots"
     fi
     [ "${now:-0}" -gt 0 ] || now="$previous"
     rss="$(rss_kib "$WALLETD_PID")"
     # du fails when the store deletes a file under it; under `set -e -o pipefail` that used to
     # end the whole soak silently (and its trap stopped walletd and the load).
     data_kib="$(du -sk "$DATA" 2>/dev/null | cut -f1 || true)"
-    echo "$t,$rss,$(( ${now:-0} - ${previous:-0} )),${data_kib:-0},$waits,$store" >> "$OUT/soak.csv"
+    echo "$t,$rss,$(( ${now:-0} - ${previous:-0} )),${data_kib:-0},$waits,$store,$snaps" >> "$OUT/soak.csv"
     previous="${now:-$previous}"
     if [ "${rss:-0}" -gt $((RSS_LIMIT_MIB * 1024)) ]; then
         GUARD="RSS passed ${RSS_LIMIT_MIB} MiB at ${t} s: load and walletd stopped"
@@ -230,6 +241,18 @@ if "store_tables" in rows[-1]:
           "block cache %.0f, %.0f; pinned filters %.1f, %.1f; pinned indexes %.1f, %.1f; tables %d, %d" % (
               mid, m_mid[0], m_end[0], m_mid[1], m_end[1], m_mid[2], m_end[2], m_mid[3], m_end[3],
               tables_mid, tables_end))
+if "snapshot_running" in rows[-1]:
+    running = lambda r: (r.get("snapshot_running") or "0") == "1"
+    building = [int(r["rps"]) for r in rows if running(r) and int(r["t_s"]) > 60]
+    quiet = [int(r["rps"]) for r in rows if not running(r) and int(r["t_s"]) > 60]
+    print("soak: snapshots: %d written, %d failed, %.1f s of CPU in all; one was being built in %d of "
+          "the first minute's samples and %d of the last minute's; after the first minute, mean req/s "
+          "%s while one was built and %s otherwise" % (
+              int(rows[-1]["snapshots_written"] or 0), int(rows[-1]["snapshots_failed"] or 0),
+              int(rows[-1]["snapshot_cpu_ms"] or 0) / 1000,
+              sum(1 for r in rows if running(r) and int(r["t_s"]) <= 60),
+              sum(1 for r in rows if running(r) and int(r["t_s"]) > end - 60),
+              "%.0f" % mean(building) if building else "-", "%.0f" % mean(quiet) if quiet else "-"))
 print("soak: %s: %d s (%.0f s wall), %d requests; req/s first minute %.0f, last minute %.0f (x%.2f); "
       "RSS (mean of a minute) at %d s %.0f MiB, at the end %.0f MiB (x%.2f), single samples %.0f and %.0f MiB, "
       "max %.0f MiB; restart %.2f s; audit %s (exit %s); "

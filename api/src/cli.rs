@@ -155,6 +155,10 @@ pub struct ServeArgs {
     /// a batch each of its items; 0: never automatically).
     #[arg(long, env = "WALLETD_SNAPSHOT_EVERY", default_value_t = 1_000_000)]
     pub snapshot_every: u64,
+    /// How much a background snapshot's thread lowers its priority (nice, 0 to 19; 0: none).
+    /// Under load it then takes the CPU the requests leave; on an idle machine it runs at full speed.
+    #[arg(long, env = "WALLETD_SNAPSHOT_NICE", default_value_t = engine::runtime::SNAPSHOT_NICE, value_parser = clap::value_parser!(i32).range(0..=19))]
+    pub snapshot_nice: i32,
     /// Move WAL segments that the snapshots and the history store no longer need into DIR (same
     /// file name; created with mode 0700 when missing) instead of deleting them, so
     /// `walletd replay --from-archive DIR` can rebuild everything from LSN 1. Give each data
@@ -487,6 +491,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let mut config = engine_config(&args.data, args.fsync, args.snapshot_every)?;
     config.idempotency_retention = args.idempotency_retention;
     config.coalesce_max = args.coalesce_max;
+    config.snapshot_nice = args.snapshot_nice;
     set_segment_bytes(&mut config, args.wal_segment_bytes);
     if let Some(archive) = &args.wal_archive {
         config.wal.archive_dir = Some(private_archive_dir(archive)?);

@@ -13,6 +13,11 @@
 //!   (`memtables`, `block_cache`, `pinned_filters`, `pinned_indexes`), and
 //!   `walletd_history_tables`, its tables on disk: which part of RSS is the store, and whether
 //!   one grows with history
+//! - `walletd_snapshots_total{result}` (`written`, `failed`), `walletd_snapshot_running`,
+//!   `walletd_snapshot_seconds_total` and `walletd_snapshot_cpu_seconds_total` (wall and CPU
+//!   time of the background snapshots), and of the newest one written
+//!   `walletd_snapshot_last_{seconds,cpu_seconds,bytes,lsn}`: what periodic snapshots cost
+//!   beside the load, and whether they keep succeeding (a failing one keeps the log's segments)
 //! - `walletd_webhook_events_total{provider,result}`: provider events by what they did
 //!   (`applied`, `not_applied`, `duplicate`, `refused`: bad signature, stale or invalid)
 
@@ -66,6 +71,8 @@ pub struct LogGauges {
     pub memtable_wait: Duration,
     /// What the history store holds in memory (`None` when it could not be read: not served).
     pub store_memory: Option<engine::runtime::history::StoreMemory>,
+    /// What the snapshots since the engine opened cost.
+    pub snapshots: engine::runtime::SnapshotStats,
 }
 
 /// Request counters and latency histograms.
@@ -209,6 +216,7 @@ impl Metrics {
                 &memory.tables,
             );
         }
+        render_snapshots(&mut out, &log.snapshots);
         let _ = writeln!(
             out,
             "# HELP walletd_shard_queue_depth Commands queued at or running on a shard."
@@ -239,5 +247,54 @@ impl Metrics {
             );
         }
         out
+    }
+}
+
+/// The snapshot metrics: counts, totals, and the newest snapshot written (absent before one).
+fn render_snapshots(out: &mut String, stats: &engine::runtime::SnapshotStats) {
+    let _ = writeln!(
+        out,
+        "# HELP walletd_snapshots_total Background snapshots since walletd started, by result.\n# TYPE walletd_snapshots_total counter\nwalletd_snapshots_total{{result=\"written\"}} {}\nwalletd_snapshots_total{{result=\"failed\"}} {}",
+        stats.written, stats.failed
+    );
+    let running = u8::from(stats.running);
+    let wall = stats.wall_total.as_secs_f64();
+    let cpu = stats.cpu_total.as_secs_f64();
+    let totals: [(&str, Kind, &str, &dyn std::fmt::Display); 3] = [
+        ("walletd_snapshot_running", Kind::Gauge, "1 while a snapshot is being built.", &running),
+        ("walletd_snapshot_seconds_total", Kind::Counter, "Wall time of the snapshots that ended, written or failed.", &wall),
+        ("walletd_snapshot_cpu_seconds_total", Kind::Counter, "CPU time of the snapshots written (their thread replays the log since the last one, then encodes and writes the image).", &cpu),
+    ];
+    for (name, kind, help, value) in totals {
+        scalar(out, name, kind, help, value);
+    }
+    let Some(last) = stats.last else {
+        return;
+    };
+    let (wall, cpu) = (last.wall.as_secs_f64(), last.cpu.as_secs_f64());
+    let newest: [(&str, &str, &dyn std::fmt::Display); 4] = [
+        (
+            "walletd_snapshot_last_seconds",
+            "Wall time of the newest snapshot written.",
+            &wall,
+        ),
+        (
+            "walletd_snapshot_last_cpu_seconds",
+            "CPU time of the newest snapshot written.",
+            &cpu,
+        ),
+        (
+            "walletd_snapshot_last_bytes",
+            "Size of the newest snapshot written.",
+            &last.bytes,
+        ),
+        (
+            "walletd_snapshot_last_lsn",
+            "The LSN the newest snapshot written covers (a restart replays the log after it).",
+            &last.covered_lsn,
+        ),
+    ];
+    for (name, help, value) in newest {
+        scalar(out, name, Kind::Gauge, help, value);
     }
 }

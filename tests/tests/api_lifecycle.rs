@@ -214,6 +214,12 @@ fn unknown_paths_are_404_and_known_paths_with_another_method_are_405() {
         "walletd_history_memory_bytes{part=\"pinned_filters\"}",
         "walletd_history_memory_bytes{part=\"pinned_indexes\"}",
         "walletd_history_tables",
+        // And what the background snapshots cost, and whether one fails.
+        "walletd_snapshots_total{result=\"written\"}",
+        "walletd_snapshots_total{result=\"failed\"}",
+        "walletd_snapshot_running",
+        "walletd_snapshot_seconds_total",
+        "walletd_snapshot_cpu_seconds_total",
     ] {
         let value = text
             .lines()

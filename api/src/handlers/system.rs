@@ -79,6 +79,7 @@ pub fn metrics(app: &SharedApp) -> Handled {
             indexed_lsn: history.progress().indexed_lsn,
             memtable_wait: history.store().memtable_wait(),
             store_memory: history.store().memory().ok(),
+            snapshots: app.engine.snapshot_stats(),
         },
         &app.engine.queue_depths(),
         app.engine.quarantined_moves().len(),

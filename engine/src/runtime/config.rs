@@ -34,6 +34,9 @@ pub struct EngineConfig {
     /// counting each of its commands and a batch each of its items (0: only on demand). Named
     /// when a record held one command.
     pub snapshot_every_records: u64,
+    /// How much a background snapshot's thread lowers its scheduling priority, 0 to 19 (added
+    /// to the process's nice value; `--snapshot-nice`, default [`super::SNAPSHOT_NICE`]).
+    pub snapshot_nice: i32,
     /// What the WAL writes through: the real file system, or a test's (to hold back fsyncs).
     pub file_system: WalFileSystem,
     /// The history store (`data_dir/history/`) and its indexer.
@@ -86,6 +89,7 @@ impl EngineConfig {
             coalesce_max: COALESCE_MAX_DEFAULT,
             hold_tick: Duration::from_secs(1),
             snapshot_every_records: 1_000_000,
+            snapshot_nice: super::SNAPSHOT_NICE,
             file_system: WalFileSystem::default(),
             history: HistoryConfig::default(),
             idempotency_retention: Duration::from_millis(

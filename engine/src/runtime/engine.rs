@@ -133,6 +133,8 @@ pub(crate) struct SnapshotState {
     pub(crate) failures: u32,
     /// No periodic attempt starts before this (engine clock, unix ms) after a failure.
     pub(crate) retry_at_ms: i64,
+    /// What the snapshots since the engine opened cost ([`Engine::snapshot_stats`]).
+    pub(crate) stats: crate::runtime::snapshot::SnapshotStats,
 }
 
 /// One command counted on a shard's queue-depth gauge (see [`Engine::queued_on`]).

@@ -64,4 +64,5 @@ pub use self::engine::{Engine, WalletScope};
 pub use self::recovery::{
     recorded_shard_count, OpenError, QuarantinedMove, RecoveryReport, SHARDS_FILE,
 };
+pub use self::snapshot::{SnapshotCost, SnapshotStats, SNAPSHOT_NICE};
 pub use crate::values::ids::owner_shard;

@@ -987,6 +987,7 @@ fn start(
                 running: false,
                 failures: 0,
                 retry_at_ms: i64::MIN,
+                stats: crate::runtime::snapshot::SnapshotStats::default(),
             }),
             snapshot_finished: tokio::sync::Notify::new(),
         }),

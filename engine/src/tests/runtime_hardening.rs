@@ -283,6 +283,12 @@ async fn issue_16_a_failed_snapshot_keeps_nothing_and_backs_off() {
             "not retried after the wait, failure {failures}"
         );
     }
+    let stats = engine.snapshot_stats();
+    assert_eq!(
+        (stats.written, stats.failed, stats.last, stats.running),
+        (0, 3, None, false),
+        "every failure is counted, none as written"
+    );
     assert_eq!(snapshot_backoff_ms(40), SNAPSHOT_BACKOFF_MAX_MS);
     assert_eq!(snapshot_backoff_ms(u32::MAX), SNAPSHOT_BACKOFF_MAX_MS);
 
@@ -300,6 +306,76 @@ async fn issue_16_a_failed_snapshot_keeps_nothing_and_backs_off() {
     drop(state);
     assert_eq!(snapshot_files(dir2.path()).len(), 1);
     let _ = engine.shutdown();
+}
+
+/// What a written snapshot cost is counted for `/metrics`: the LSN it covers, its size (the
+/// file's), its CPU time (its own thread's, no more than its wall time), and the totals.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_written_snapshot_reports_what_it_cost() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(SeededClock::new(22, START_MS));
+    let engine = open(dir.path(), &clock);
+    assert_eq!(
+        engine.snapshot_stats(),
+        crate::runtime::SnapshotStats::default()
+    );
+    let wallet_id = wallet(&engine).await;
+    engine.execute(deposit(wallet_id, None)).await.unwrap();
+    let covered = engine.snapshot().await.unwrap();
+    engine.execute(deposit(wallet_id, None)).await.unwrap();
+    let covered_then = engine.snapshot().await.unwrap();
+    assert!(covered_then > covered);
+
+    let stats = engine.snapshot_stats();
+    let last = stats.last.expect("a snapshot was written");
+    assert_eq!((stats.written, stats.failed, stats.running), (2, 0, false));
+    assert_eq!(last.covered_lsn, covered_then);
+    let newest = std::fs::read_dir(dir.path().join("wal"))
+        .unwrap()
+        .map(|e| e.unwrap())
+        .filter(|e| e.file_name().to_string_lossy().contains(".snap"))
+        .max_by_key(|e| e.file_name())
+        .unwrap();
+    let file_bytes = newest.metadata().unwrap().len();
+    assert!(
+        last.bytes > 0 && last.bytes <= file_bytes,
+        "the image ({} bytes) is what the file ({file_bytes} bytes) holds",
+        last.bytes
+    );
+    assert!(
+        last.cpu > std::time::Duration::ZERO && last.cpu <= last.wall,
+        "{last:?}"
+    );
+    assert!(stats.cpu_total >= last.cpu && stats.cpu_total > last.cpu);
+    assert!(stats.wall_total >= stats.cpu_total, "{stats:?}");
+    let _ = engine.shutdown();
+}
+
+/// The snapshot's thread lowers its own priority and no other thread's: Linux applies
+/// `setpriority` on a thread id to that thread only, which is what lets a snapshot yield to the
+/// requests without slowing them.
+#[test]
+fn the_snapshot_thread_lowers_its_own_priority_only() {
+    let nice = |thread| rustix::process::getpriority_process(Some(thread)).unwrap();
+    let caller = rustix::thread::gettid();
+    let before = nice(caller);
+    let (lowered, process_after) = std::thread::spawn(move || {
+        let own = rustix::thread::gettid();
+        let own_before = nice(own);
+        crate::runtime::snapshot::yield_to_requests(0);
+        let unchanged = nice(own);
+        crate::runtime::snapshot::yield_to_requests(crate::runtime::SNAPSHOT_NICE);
+        assert_eq!(unchanged, own_before, "0 leaves the priority alone");
+        ((own_before, nice(own)), nice(caller))
+    })
+    .join()
+    .unwrap();
+    assert_eq!(
+        lowered.1,
+        (lowered.0 + crate::runtime::SNAPSHOT_NICE).min(19),
+        "{lowered:?}"
+    );
+    assert_eq!(process_after, before, "the caller's priority is unchanged");
 }
 
 /// Issue 16, item 11: the queue-depth gauge counts a command from before it is sent until its
