@@ -22,7 +22,8 @@
 # (store_tables): which part of RSS is the store, and whether one part grows with history;
 # and the background snapshots (snapshot_running: 1 while one is built; snapshots_written,
 # snapshots_failed and snapshot_cpu_ms: totals since walletd started), so a slow minute can
-# be told from one that paid for a snapshot.
+# be told from one that paid for a snapshot; empty when a scrape failed, or for a walletd
+# that does not report them).
 # A guard stops the load and walletd when RSS passes --rss-limit-mib (8192): an unbounded
 # history would otherwise take the machine down.
 #
@@ -114,13 +115,13 @@ scrape() {
         /^walletd_history_indexed_lsn / {indexed = $2}
         /^walletd_history_memory_bytes/ {split($1, p, "\""); part[p[2]] = $2 / 1024}
         /^walletd_history_tables / {tables = $2}
-        /^walletd_snapshot_running / {running = $2}
+        /^walletd_snapshot_running / {running = $2; snap = 1}
         /^walletd_snapshots_total\{result="written"\} / {written = $2}
         /^walletd_snapshots_total\{result="failed"\} / {failed = $2}
         /^walletd_snapshot_cpu_seconds_total / {snap_cpu = $2 * 1000}
-        END {if (seen) printf "%d %d %d %d %d %d,%d,%d,%d,%d %d,%d,%d,%d\n", n, slow, tap, mem, durable - indexed,
+        END {if (seen) printf "%d %d %d %d %d %d,%d,%d,%d,%d %s\n", n, slow, tap, mem, durable - indexed,
             part["memtables"], part["block_cache"], part["pinned_filters"], part["pinned_indexes"], tables,
-            running, written, failed, snap_cpu}'
+            snap ? sprintf("%d,%d,%d,%d", running, written, failed, snap_cpu) : ",,,"}'
 }
 
 rss_kib() { awk '/^VmRSS:/ {print $2}' "/proc/$1/status" 2>/dev/null || echo 0; }
@@ -145,13 +146,14 @@ GUARD=""
 read -r previous _ < <(scrape "$ADDRESS"; echo 0)
 waits="0,0,0,0"
 store="0,0,0,0,0"
-snaps="0,0,0,0"
+snaps=",,,"
 started=$(date +%s.%N)
 t=0
 while kill -0 "$LOAD_PID" 2>/dev/null && [ "$t" -lt $((DURATION + 30)) ]; do
     sleep 1
     t=$((t + 1))
     now=""
+    snaps=",,,"
     if read -r now slow tap mem lag parts snapshots < <(scrape "$ADDRESS"); then
         waits="$slow,$tap,$mem,$lag"
         store="$parts"
@@ -241,15 +243,18 @@ if "store_tables" in rows[-1]:
           "block cache %.0f, %.0f; pinned filters %.1f, %.1f; pinned indexes %.1f, %.1f; tables %d, %d" % (
               mid, m_mid[0], m_end[0], m_mid[1], m_end[1], m_mid[2], m_end[2], m_mid[3], m_end[3],
               tables_mid, tables_end))
-if "snapshot_running" in rows[-1]:
-    running = lambda r: (r.get("snapshot_running") or "0") == "1"
+reported = [r for r in rows if r.get("snapshots_written")]
+if reported:
+    # A sample whose scrape failed says nothing about snapshots; it counts on neither side.
+    running = lambda r: r.get("snapshot_running") == "1"
+    idle = lambda r: r.get("snapshot_running") == "0"
     building = [int(r["rps"]) for r in rows if running(r) and int(r["t_s"]) > 60]
-    quiet = [int(r["rps"]) for r in rows if not running(r) and int(r["t_s"]) > 60]
+    quiet = [int(r["rps"]) for r in rows if idle(r) and int(r["t_s"]) > 60]
     print("soak: snapshots: %d written, %d failed, %.1f s of CPU in all; one was being built in %d of "
           "the first minute's samples and %d of the last minute's; after the first minute, mean req/s "
           "%s while one was built and %s otherwise" % (
-              int(rows[-1]["snapshots_written"] or 0), int(rows[-1]["snapshots_failed"] or 0),
-              int(rows[-1]["snapshot_cpu_ms"] or 0) / 1000,
+              int(reported[-1]["snapshots_written"]), int(reported[-1]["snapshots_failed"]),
+              int(reported[-1]["snapshot_cpu_ms"]) / 1000,
               sum(1 for r in rows if running(r) and int(r["t_s"]) <= 60),
               sum(1 for r in rows if running(r) and int(r["t_s"]) > end - 60),
               "%.0f" % mean(building) if building else "-", "%.0f" % mean(quiet) if quiet else "-"))

@@ -155,8 +155,8 @@ pub struct ServeArgs {
     /// a batch each of its items; 0: never automatically).
     #[arg(long, env = "WALLETD_SNAPSHOT_EVERY", default_value_t = 1_000_000)]
     pub snapshot_every: u64,
-    /// How much a background snapshot's thread lowers its priority (nice, 0 to 19; 0: none).
-    /// Under load it then takes the CPU the requests leave; on an idle machine it runs at full speed.
+    /// How much a periodic snapshot's thread lowers its priority (nice, 0 to 19; 0: none): under
+    /// load it then takes the CPU the requests leave. A stop's snapshot keeps walletd's priority.
     #[arg(long, env = "WALLETD_SNAPSHOT_NICE", default_value_t = engine::runtime::SNAPSHOT_NICE, value_parser = clap::value_parser!(i32).range(0..=19))]
     pub snapshot_nice: i32,
     /// Move WAL segments that the snapshots and the history store no longer need into DIR (same

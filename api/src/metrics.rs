@@ -263,7 +263,7 @@ fn render_snapshots(out: &mut String, stats: &engine::runtime::SnapshotStats) {
     let totals: [(&str, Kind, &str, &dyn std::fmt::Display); 3] = [
         ("walletd_snapshot_running", Kind::Gauge, "1 while a snapshot is being built.", &running),
         ("walletd_snapshot_seconds_total", Kind::Counter, "Wall time of the snapshots that ended, written or failed.", &wall),
-        ("walletd_snapshot_cpu_seconds_total", Kind::Counter, "CPU time of the snapshots written (their thread replays the log since the last one, then encodes and writes the image).", &cpu),
+        ("walletd_snapshot_cpu_seconds_total", Kind::Counter, "CPU time of the snapshots that ended, written or failed (a snapshot's thread replays the log since the last one, then encodes and writes the image).", &cpu),
     ];
     for (name, kind, help, value) in totals {
         scalar(out, name, kind, help, value);

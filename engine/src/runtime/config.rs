@@ -34,8 +34,9 @@ pub struct EngineConfig {
     /// counting each of its commands and a batch each of its items (0: only on demand). Named
     /// when a record held one command.
     pub snapshot_every_records: u64,
-    /// How much a background snapshot's thread lowers its scheduling priority, 0 to 19 (added
-    /// to the process's nice value; `--snapshot-nice`, default [`super::SNAPSHOT_NICE`]).
+    /// How much a periodic snapshot's thread lowers its scheduling priority, 0 to 19 (added to
+    /// the process's nice value; `--snapshot-nice`, default [`super::SNAPSHOT_NICE`]). A
+    /// snapshot someone waits for (on demand, or a stop's) keeps the process's priority.
     pub snapshot_nice: i32,
     /// What the WAL writes through: the real file system, or a test's (to hold back fsyncs).
     pub file_system: WalFileSystem,

@@ -13,11 +13,12 @@
 //! failure in a row up to [`SNAPSHOT_BACKOFF_MAX_MS`], and each failure is logged with the wait.
 //! A success resets it. An on-demand snapshot ([`Engine::snapshot`]) always runs at once.
 //!
-//! The snapshot's thread lowers its own scheduling priority ([`SNAPSHOT_NICE`] by default) before it
-//! replays: on a machine the load keeps busy, the replay takes the CPU the requests leave
-//! (a soak keeps 2 cores 82–92 % busy) instead of a share of theirs; on an idle machine (a
-//! clean stop) it runs at full speed. What every snapshot cost, CPU and wall time, bytes and
-//! failures, is counted for `/metrics` ([`Engine::snapshot_stats`]).
+//! A periodic snapshot's thread lowers its own scheduling priority ([`SNAPSHOT_NICE`] by
+//! default) before it replays: on a machine the load keeps busy, the replay takes the CPU the
+//! requests leave (a soak keeps 2 cores 82–92 % busy) instead of a share of theirs. A snapshot
+//! someone waits for (on demand, or a stop's) keeps the process's priority. What every
+//! snapshot cost, CPU and wall time, bytes and failures, is counted for `/metrics`
+//! ([`Engine::snapshot_stats`]).
 
 use crate::runtime::config::{unavailable, EngineError};
 use crate::runtime::engine::Engine;
@@ -42,6 +43,8 @@ pub struct SnapshotCost {
     pub wall: std::time::Duration,
     /// CPU time of the thread that replayed, encoded and wrote it.
     pub cpu: std::time::Duration,
+    /// The nice value that thread ran at (`None`: it could not be read).
+    pub nice: Option<i32>,
 }
 
 /// What the snapshots since the engine opened cost (a restart starts from zero).
@@ -55,7 +58,7 @@ pub struct SnapshotStats {
     pub failed: u64,
     /// Wall time of every snapshot that ended, written or failed.
     pub wall_total: std::time::Duration,
-    /// CPU time of every snapshot written.
+    /// CPU time of every snapshot that ended, written or failed.
     pub cpu_total: std::time::Duration,
     /// The newest snapshot written.
     pub last: Option<SnapshotCost>,
@@ -103,7 +106,7 @@ impl Engine {
                 "a snapshot is already being taken".into(),
             ));
         }
-        self.snapshot_claimed().await
+        self.snapshot_claimed(0).await
     }
 
     /// A snapshot of everything logged so far, for a stop: if one is already being taken (a
@@ -119,7 +122,7 @@ impl Engine {
             let mut finished = std::pin::pin!(self.inner.snapshot_finished.notified());
             finished.as_mut().enable();
             if self.claim_snapshot() {
-                return self.snapshot_claimed().await.map(Some);
+                return self.snapshot_claimed(0).await.map(Some);
             }
             finished.await;
         }
@@ -168,10 +171,11 @@ impl Engine {
         }
     }
 
-    /// Runs a claimed snapshot and releases the claim.
-    pub(crate) async fn snapshot_claimed(&self) -> Result<u64, EngineError> {
+    /// Runs a claimed snapshot, its thread's priority lowered by `nice` (0: the process's), and
+    /// releases the claim.
+    pub(crate) async fn snapshot_claimed(&self, nice: i32) -> Result<u64, EngineError> {
         let started = std::time::Instant::now();
-        let result = self.build_snapshot().await;
+        let result = self.build_snapshot(nice).await;
         let wall = started.elapsed();
         let mut state = self
             .inner
@@ -181,15 +185,20 @@ impl Engine {
         state.running = false;
         self.inner.snapshot_finished.notify_waiters();
         state.stats.wall_total = state.stats.wall_total.saturating_add(wall);
+        // A thread that never ran (it could not be spawned) or panicked reports no CPU time.
+        let (result, cpu) = match result {
+            Ok(built) => (built.result, built.cpu),
+            Err(error) => (Err(error), std::time::Duration::ZERO),
+        };
+        state.stats.cpu_total = state.stats.cpu_total.saturating_add(cpu);
         match result {
-            Ok(built) => {
-                state.last_lsn = built.covered_lsn;
+            Ok(cost) => {
+                state.last_lsn = cost.covered_lsn;
                 state.commands_at_last = state.commands_at_claim;
                 state.failures = 0;
                 state.retry_at_ms = i64::MIN;
-                let cost = SnapshotCost { wall, ..built };
+                let cost = SnapshotCost { wall, ..cost };
                 state.stats.written = state.stats.written.saturating_add(1);
-                state.stats.cpu_total = state.stats.cpu_total.saturating_add(cost.cpu);
                 state.stats.last = Some(cost);
                 Ok(cost.covered_lsn)
             }
@@ -204,9 +213,10 @@ impl Engine {
         }
     }
 
-    /// Builds the image on a thread of its own, at a lower priority ([`SNAPSHOT_NICE`]), and
-    /// returns what it covers and cost (`wall` is the caller's to fill).
-    pub(crate) async fn build_snapshot(&self) -> Result<SnapshotCost, EngineError> {
+    /// Builds the image on a thread of its own, its priority lowered by `nice`, and returns what
+    /// it covers and cost, or why it failed with the CPU it spent all the same (`wall` is the
+    /// caller's to fill). The outer error: the thread could not be spawned, or panicked.
+    async fn build_snapshot(&self, nice: i32) -> Result<Built, EngineError> {
         let target = self.inner.wal.durable_lsn();
         let cutoff = self
             .inner
@@ -218,14 +228,13 @@ impl Engine {
         let dir = self.inner.config.wal_dir();
         let count = self.shard_count();
         let record_bytes_max = self.inner.config.wal.record_bytes_max;
-        let nice = self.inner.config.snapshot_nice;
         let (tx, rx) = tokio::sync::oneshot::channel();
         std::thread::Builder::new()
             .name("snapshot".into())
             .spawn(move || {
                 let started = std::time::Instant::now();
-                yield_to_requests(nice);
-                let built = (|| -> Result<u64, EngineError> {
+                let nice = yield_to_requests(nice);
+                let written = (|| -> Result<(std::path::PathBuf, u64), EngineError> {
                     let mut state = recovery::Replayed::load(&dir, count).map_err(unavailable)?;
                     let from = state.replay_from();
                     wal::reader::read_range(&dir, record_bytes_max, from, target, &mut |record| state.apply(record))
@@ -234,20 +243,26 @@ impl Engine {
                     let keys = state.table.pending_records();
                     let payload = image::encode(&captures, &state.directory, &keys).map_err(unavailable)?;
                     let path = wal.checkpoint(target, &payload).map_err(unavailable)?;
-                    let cpu = thread_cpu_time();
-                    tracing::info!(snapshot = %path.display(), covered_lsn = target, bytes = payload.len(), took_ms = started.elapsed().as_millis() as u64, cpu_ms = cpu.as_millis() as u64, "snapshot written");
-                    Ok(payload.len() as u64)
+                    Ok((path, payload.len() as u64))
                 })();
                 drop(wal);
-                let _ = tx.send(built.map(|bytes| SnapshotCost {
-                    covered_lsn: target,
-                    bytes,
-                    wall: std::time::Duration::ZERO,
-                    cpu: thread_cpu_time(),
-                }));
+                let cpu = thread_cpu_time();
+                if let Ok((path, bytes)) = &written {
+                    tracing::info!(snapshot = %path.display(), covered_lsn = target, bytes, took_ms = started.elapsed().as_millis() as u64, cpu_ms = cpu.as_millis() as u64, ?nice, "snapshot written");
+                }
+                let _ = tx.send(Built {
+                    result: written.map(|(_, bytes)| SnapshotCost {
+                        covered_lsn: target,
+                        bytes,
+                        wall: std::time::Duration::ZERO,
+                        cpu,
+                        nice,
+                    }),
+                    cpu,
+                });
             })
             .map_err(unavailable)?;
-        rx.await.map_err(unavailable)?
+        rx.await.map_err(unavailable)
     }
     /// Starts a snapshot in the background when enough commands were logged since the last one.
     pub(crate) fn maybe_snapshot(&self) {
@@ -284,24 +299,39 @@ impl Engine {
         let engine = self.clone();
         arbiter.spawn(async move {
             // A failure is logged, with its backoff, by `snapshot_claimed`.
-            let _ = engine.snapshot_claimed().await;
+            let _ = engine
+                .snapshot_claimed(engine.inner.config.snapshot_nice)
+                .await;
         });
     }
 }
 
-/// Lowers the calling thread's scheduling priority by `by` (nothing for 0). A refusal (a
-/// sandbox that forbids it) is logged and changes nothing else: the snapshot is built all the
-/// same.
-pub(crate) fn yield_to_requests(by: i32) {
-    if by <= 0 {
-        return;
-    }
+/// What a snapshot's thread sends back: the snapshot written, or why not, and its CPU time.
+struct Built {
+    result: Result<SnapshotCost, EngineError>,
+    cpu: std::time::Duration,
+}
+
+/// Lowers the calling thread's scheduling priority by `by` (nothing for 0) and returns the nice
+/// value it then runs at. A refusal (a sandbox that forbids it) is logged and changes nothing
+/// else: the snapshot is built all the same.
+pub(crate) fn yield_to_requests(by: i32) -> Option<i32> {
     let thread = rustix::thread::gettid();
     let result = rustix::process::getpriority_process(Some(thread)).and_then(|nice| {
-        rustix::process::setpriority_process(Some(thread), nice.saturating_add(by).min(19))
+        if by <= 0 {
+            return Ok(nice);
+        }
+        let lowered = nice.saturating_add(by).min(19);
+        rustix::process::setpriority_process(Some(thread), lowered).map(|()| lowered)
     });
-    if let Err(error) = result {
-        tracing::warn!(%error, "the snapshot thread could not lower its priority; it competes with requests");
+    match result {
+        Ok(nice) => Some(nice),
+        Err(error) => {
+            if by > 0 {
+                tracing::warn!(%error, "the snapshot thread could not lower its priority; it competes with requests");
+            }
+            None
+        }
     }
 }
 

@@ -263,7 +263,9 @@ async fn issue_16_a_failed_snapshot_keeps_nothing_and_backs_off() {
     );
     for failures in 1..=3u32 {
         assert!(engine.claim_snapshot());
-        let failed = engine.snapshot_claimed().await;
+        let failed = engine
+            .snapshot_claimed(engine.inner.config.snapshot_nice)
+            .await;
         assert!(
             matches!(&failed, Err(EngineError::Unavailable(r)) if r.contains("encoding snapshot image failed")),
             "{failed:?}"
@@ -289,6 +291,10 @@ async fn issue_16_a_failed_snapshot_keeps_nothing_and_backs_off() {
         (0, 3, None, false),
         "every failure is counted, none as written"
     );
+    assert!(
+        stats.cpu_total > std::time::Duration::ZERO && stats.wall_total >= stats.cpu_total,
+        "what the failed snapshots spent is counted: {stats:?}"
+    );
     assert_eq!(snapshot_backoff_ms(40), SNAPSHOT_BACKOFF_MAX_MS);
     assert_eq!(snapshot_backoff_ms(u32::MAX), SNAPSHOT_BACKOFF_MAX_MS);
 
@@ -309,12 +315,24 @@ async fn issue_16_a_failed_snapshot_keeps_nothing_and_backs_off() {
 }
 
 /// What a written snapshot cost is counted for `/metrics`: the LSN it covers, its size (the
-/// file's), its CPU time (its own thread's, no more than its wall time), and the totals.
+/// file's, less the header), its CPU time (its own thread's, no more than its wall time), the
+/// totals, and the priority its thread ran at: lowered by `snapshot_nice` for a periodic one,
+/// the process's own for one someone waits for.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_written_snapshot_reports_what_it_cost() {
+    let process_nice = rustix::process::getpriority_process(None).unwrap();
+    let lowered = process_nice + crate::runtime::SNAPSHOT_NICE;
+    assert!(
+        lowered <= 19,
+        "the test needs room to lower a thread's priority"
+    );
     let dir = tempfile::tempdir().unwrap();
     let clock = Arc::new(SeededClock::new(22, START_MS));
     let engine = open(dir.path(), &clock);
+    assert_eq!(
+        engine.inner.config.snapshot_nice,
+        crate::runtime::SNAPSHOT_NICE
+    );
     assert_eq!(
         engine.snapshot_stats(),
         crate::runtime::SnapshotStats::default()
@@ -322,31 +340,37 @@ async fn a_written_snapshot_reports_what_it_cost() {
     let wallet_id = wallet(&engine).await;
     engine.execute(deposit(wallet_id, None)).await.unwrap();
     let covered = engine.snapshot().await.unwrap();
+    let on_demand = engine.snapshot_stats().last.unwrap();
+    assert_eq!(on_demand.nice, Some(process_nice), "{on_demand:?}");
+
+    // A periodic snapshot: claimed, then run as `maybe_snapshot` runs it.
     engine.execute(deposit(wallet_id, None)).await.unwrap();
-    let covered_then = engine.snapshot().await.unwrap();
+    assert!(engine.claim_snapshot());
+    let covered_then = engine
+        .snapshot_claimed(engine.inner.config.snapshot_nice)
+        .await
+        .unwrap();
     assert!(covered_then > covered);
 
     let stats = engine.snapshot_stats();
     let last = stats.last.expect("a snapshot was written");
     assert_eq!((stats.written, stats.failed, stats.running), (2, 0, false));
     assert_eq!(last.covered_lsn, covered_then);
-    let newest = std::fs::read_dir(dir.path().join("wal"))
-        .unwrap()
-        .map(|e| e.unwrap())
-        .filter(|e| e.file_name().to_string_lossy().contains(".snap"))
-        .max_by_key(|e| e.file_name())
-        .unwrap();
-    let file_bytes = newest.metadata().unwrap().len();
-    assert!(
-        last.bytes > 0 && last.bytes <= file_bytes,
-        "the image ({} bytes) is what the file ({file_bytes} bytes) holds",
-        last.bytes
+    assert_eq!(last.nice, Some(lowered), "{last:?}");
+    let file = dir
+        .path()
+        .join("wal")
+        .join(format!("{covered_then:020}.snap"));
+    assert_eq!(
+        last.bytes + wal::snapshot::SNAPSHOT_HEADER_BYTES as u64,
+        std::fs::metadata(&file).unwrap().len(),
+        "the image is what the file holds after its header"
     );
     assert!(
         last.cpu > std::time::Duration::ZERO && last.cpu <= last.wall,
         "{last:?}"
     );
-    assert!(stats.cpu_total >= last.cpu && stats.cpu_total > last.cpu);
+    assert_eq!(stats.cpu_total, on_demand.cpu + last.cpu);
     assert!(stats.wall_total >= stats.cpu_total, "{stats:?}");
     let _ = engine.shutdown();
 }
@@ -359,13 +383,17 @@ fn the_snapshot_thread_lowers_its_own_priority_only() {
     let nice = |thread| rustix::process::getpriority_process(Some(thread)).unwrap();
     let caller = rustix::thread::gettid();
     let before = nice(caller);
-    let (lowered, process_after) = std::thread::spawn(move || {
+    // The main thread's id is the process id.
+    let main_thread = rustix::process::getpid();
+    let main_before = nice(main_thread);
+    let (lowered, caller_after) = std::thread::spawn(move || {
         let own = rustix::thread::gettid();
         let own_before = nice(own);
         crate::runtime::snapshot::yield_to_requests(0);
         let unchanged = nice(own);
-        crate::runtime::snapshot::yield_to_requests(crate::runtime::SNAPSHOT_NICE);
+        let reported = crate::runtime::snapshot::yield_to_requests(crate::runtime::SNAPSHOT_NICE);
         assert_eq!(unchanged, own_before, "0 leaves the priority alone");
+        assert_eq!(reported, Some(nice(own)), "it reports what it set");
         ((own_before, nice(own)), nice(caller))
     })
     .join()
@@ -375,7 +403,16 @@ fn the_snapshot_thread_lowers_its_own_priority_only() {
         (lowered.0 + crate::runtime::SNAPSHOT_NICE).min(19),
         "{lowered:?}"
     );
-    assert_eq!(process_after, before, "the caller's priority is unchanged");
+    assert!(
+        before + crate::runtime::SNAPSHOT_NICE <= 19,
+        "room to lower it"
+    );
+    assert_eq!(caller_after, before, "the caller's priority is unchanged");
+    assert_eq!(
+        nice(main_thread),
+        main_before,
+        "the main thread's priority is unchanged"
+    );
 }
 
 /// Issue 16, item 11: the queue-depth gauge counts a command from before it is sent until its
@@ -534,7 +571,7 @@ async fn a_stop_snapshot_waits_for_a_running_one_then_covers_the_rest() {
     });
     // Logged while the other snapshot holds the claim.
     engine.execute(deposit(wallet_id, None)).await.unwrap();
-    let covered_first = engine.snapshot_claimed().await.unwrap();
+    let covered_first = engine.snapshot_claimed(0).await.unwrap();
     let covered_then = waiting.await.unwrap().unwrap();
     assert!(
         covered_then.is_none_or(|lsn| lsn > covered_first),
