@@ -1611,15 +1611,23 @@ pub fn run_compactor(
     store: std::sync::Weak<HistoryStore>,
     failure: std::sync::Arc<std::sync::OnceLock<String>>,
 ) {
+    compact_until_stopped(&store, &failure, |held, which| held.compact_step(which));
+}
+
+/// [`run_compactor`]'s loop, with the step it takes (a test's, to fail on purpose).
+fn compact_until_stopped(
+    store: &std::sync::Weak<HistoryStore>,
+    failure: &std::sync::OnceLock<String>,
+    mut step: impl FnMut(&HistoryStore, usize) -> Result<bool, StoreError>,
+) {
     let mut idle = 0;
     for which in (0..HistoryStore::COMPACTED).cycle() {
         let Some(held) = store.upgrade() else {
             return;
         };
-        let step =
-            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| held.compact_step(which)));
+        let stepped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| step(&held, which)));
         drop(held);
-        let reason = match step {
+        let reason = match stepped {
             Ok(Ok(true)) => {
                 idle = 0;
                 continue;
@@ -1710,6 +1718,45 @@ mod compactor_tests {
         drop(store);
         super::run_compactor(dropped, failure.clone());
         assert!(failure.get().is_none(), "closing is not a failure");
+    }
+
+    /// Fail-stop: a compaction step that fails, or panics, is recorded as the engine's failure
+    /// (which stops the process) and ends the thread at once, without another step: no retried
+    /// merge over damaged tables or a full disk. A step that finds nothing to do is not one.
+    #[test]
+    fn a_failed_or_panicking_compaction_stops_the_compactor_and_records_why() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = std::sync::Arc::new(HistoryStore::open(dir.path(), 1 << 20).unwrap());
+        let weak = std::sync::Arc::downgrade(&store);
+
+        let failure = std::sync::OnceLock::new();
+        let mut steps = 0;
+        super::compact_until_stopped(&weak, &failure, |_, _| {
+            steps += 1;
+            match steps {
+                1 => Ok(true),
+                2 => Ok(false),
+                _ => Err(super::StoreError::Rule("no space left on device".into())),
+            }
+        });
+        assert_eq!(steps, 3, "it stopped at the failing step");
+        assert_eq!(
+            failure.get().map(String::as_str),
+            Some("history compactor: history store: no space left on device")
+        );
+
+        let failure = std::sync::OnceLock::new();
+        let mut steps = 0;
+        super::compact_until_stopped(&weak, &failure, |_, _| {
+            steps += 1;
+            panic!("a damaged table");
+        });
+        assert_eq!(steps, 1);
+        assert_eq!(
+            failure.get().map(String::as_str),
+            Some("history compactor: the history compactor panicked")
+        );
+        drop(store);
     }
 
     /// No table keeps its block index or bloom filter in memory, neither when it is flushed
