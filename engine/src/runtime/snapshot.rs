@@ -26,7 +26,7 @@ use crate::runtime::image;
 use crate::runtime::recovery;
 use crate::shard::state::Shard;
 
-/// How much the snapshot's thread lowers its scheduling priority by default (added to the
+/// How much a periodic snapshot's thread lowers its scheduling priority by default (added to the
 /// process's nice value, at most 19; `EngineConfig::snapshot_nice`). Linux applies
 /// `setpriority` on a thread id to that thread only. At nice +10 a thread weighs ~1/10 of a
 /// normal one in the kernel's fair scheduler: it runs on what the requests leave.
@@ -39,7 +39,7 @@ pub struct SnapshotCost {
     pub covered_lsn: u64,
     /// The image's size.
     pub bytes: u64,
-    /// From the claim to the image being durable.
+    /// From the start of the snapshot (once claimed) to the image being durable.
     pub wall: std::time::Duration,
     /// CPU time of the thread that replayed, encoded and wrote it.
     pub cpu: std::time::Duration,
