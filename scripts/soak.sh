@@ -61,7 +61,7 @@ while [ $# -gt 0 ]; do
         --out) OUT="$2"; shift 2 ;;
         --no-build) BUILD=0; shift ;;
         --keep-data) KEEP_DATA=1; shift ;;
-        -h|--help) sed -n '2,35p' "$0"; exit 0 ;;
+        -h|--help) awk 'NR > 1 && !/^#/ {exit} NR > 1' "$0"; exit 0 ;;
         *) echo "soak: unknown argument $1 (see --help)" >&2; exit 2 ;;
     esac
 done
@@ -146,7 +146,6 @@ GUARD=""
 read -r previous _ < <(scrape "$ADDRESS"; echo 0)
 waits="0,0,0,0"
 store="0,0,0,0,0"
-snaps=",,,"
 started=$(date +%s.%N)
 t=0
 while kill -0 "$LOAD_PID" 2>/dev/null && [ "$t" -lt $((DURATION + 30)) ]; do
