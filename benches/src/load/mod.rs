@@ -25,6 +25,7 @@
 //! - [`client`]: the raw and hyper HTTP/1.1 client connections.
 //! - [`setup`]: admin login, customer registration and funding, the merchant of payments.
 //! - [`run`]: the timed request loops.
+//! - [`tokens`]: the tokens the loops send, renewed before walletd stops accepting them.
 //! - [`audit`]: the ledger model (payments and refunds included) and the read-back comparison.
 //! - [`drill`]: `--survive-restart`: outliving a SIGKILLed and restarted server, then auditing it.
 //! - [`metrics`]: walletd's WAL counters (group commits, records per fsync) over the window.
@@ -41,6 +42,7 @@ pub mod mix;
 pub mod report;
 pub mod run;
 pub mod setup;
+pub mod tokens;
 
 /// Formats minor units (cents) as an exact JSON number with two fraction digits.
 pub fn cents_text(cents: i64) -> String {

@@ -17,6 +17,7 @@ use super::metrics;
 use super::mix::{Kind, Mix, Op, Rng, REFUND_ONE_IN};
 use super::report::{self, Header, Live, Stats};
 use super::setup::{self, error_code, Caller, Setup, Wallet};
+use super::tokens::{self, Renewal, Renewed, Tokens};
 use super::{cents_text, parse_cents};
 
 /// Runs the load described by `args`; returns the process exit code (0 ok, 1 audit failed,
@@ -69,7 +70,8 @@ struct Shared {
     idempotency: bool,
     /// `--batch`: transfers per request.
     batch: u32,
-    admin: Arc<str>,
+    /// The tokens to send, renewed while the load runs.
+    tokens: Arc<Tokens>,
     wallets: Vec<Wallet>,
     /// The merchant payments go to (mixes with payments).
     merchant: Option<MerchantTarget>,
@@ -91,7 +93,6 @@ struct MerchantTarget {
     business_id: u64,
     /// The merchant wallet's index in the audit model (after the customers').
     index: usize,
-    token: Arc<str>,
 }
 
 impl Shared {
@@ -157,6 +158,24 @@ async fn run(args: LoadArgs, seed: u64) -> Result<i32, String> {
     let started = Instant::now();
     let measure_from = started + Duration::from_secs_f64(args.warmup.max(0.0));
     let deadline = measure_from + Duration::from_secs_f64(args.duration.max(0.0));
+    let tokens = Arc::new(Tokens::new(&setup));
+    let renewed = Arc::new(std::sync::RwLock::new(Renewed::default()));
+    let renewal = setup.tokens.map(|issued| {
+        tokio::spawn(tokens::renew_until(
+            tokens.clone(),
+            Arc::new(Renewal {
+                args: args.clone(),
+                target: target.clone(),
+                timeout: setup_timeout,
+                nonce,
+                wallets: setup.wallets.clone(),
+                merchant: setup.merchant.clone(),
+            }),
+            issued,
+            deadline,
+            renewed.clone(),
+        ))
+    });
     let shared = Arc::new(Shared {
         target: target.clone(),
         client: args.client,
@@ -166,12 +185,11 @@ async fn run(args: LoadArgs, seed: u64) -> Result<i32, String> {
         nonce,
         idempotency: args.idempotency,
         batch: args.batch,
-        admin: setup.admin.clone(),
+        tokens: tokens.clone(),
         wallets: setup.wallets.clone(),
         merchant: setup.merchant.as_ref().map(|m| MerchantTarget {
             business_id: m.business_id,
             index: setup.wallets.len(),
-            token: m.token.clone(),
         }),
         started,
         measure_from,
@@ -228,6 +246,19 @@ async fn run(args: LoadArgs, seed: u64) -> Result<i32, String> {
     }
     let ended = Instant::now();
     progress.abort();
+    if let Some(renewal) = renewal {
+        renewal.abort();
+    }
+    let renewed = *renewed
+        .read()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    if renewed.rounds > 0 {
+        eprintln!(
+            "walletd-load: token renewals during the load: {} rounds, {} tokens, {} logins failed",
+            renewed.rounds, renewed.tokens, renewed.failed
+        );
+    }
+    tokens.store_into(&mut setup);
     let mut restart = survive.map(|within| RestartReport {
         survive_restart_s: within.as_secs_f64(),
         load_stopped_at_s: shared.stopped_at_s(),
@@ -362,9 +393,9 @@ async fn read_back(
         if failure.unauthorized {
             eprintln!("walletd-load: audit read-back answered 401: logging in again");
             let mut caller = Caller::new(args.client, target.clone(), timeout);
-            setup.admin = setup::login_admin(args, &mut caller).await?;
+            setup.admin = setup::login_admin(args, &mut caller).await?.token;
             if let Some(merchant) = setup.merchant.as_mut() {
-                merchant.token = setup::login_merchant(merchant, &mut caller).await?;
+                merchant.token = setup::login_merchant(merchant, &mut caller).await?.token;
             }
             if let Some(report) = restart.as_deref_mut() {
                 report.relogins += 1;
@@ -547,7 +578,7 @@ impl Worker {
                 let cents = rng.between(100, 10_000);
                 let request = self.write(
                     format!("/v1/wallets/{}/deposit", self.wallet_id(pick)),
-                    self.shared.admin.clone(),
+                    self.shared.tokens.admin(),
                     format!("{{\"amount\":{}}}", cents_text(cents)),
                 );
                 let answer = self.exchange(Kind::Deposit, &request).await;
@@ -557,7 +588,7 @@ impl Worker {
                 let cents = rng.between(100, 5_000);
                 let request = self.write(
                     format!("/v1/wallets/{}/withdraw", self.wallet_id(pick)),
-                    self.shared.admin.clone(),
+                    self.shared.tokens.admin(),
                     format!("{{\"amount\":{}}}", cents_text(cents)),
                 );
                 let answer = self.exchange(Kind::Withdraw, &request).await;
@@ -589,7 +620,7 @@ impl Worker {
                 let capture = rng.coin();
                 let request = self.write(
                     "/v1/wallets/hold".into(),
-                    self.shared.admin.clone(),
+                    self.shared.tokens.admin(),
                     format!(
                         "{{\"wallet_id\":{},\"amount\":{},\"currency_code\":\"YER\"}}",
                         self.wallet_id(pick),
@@ -612,7 +643,7 @@ impl Worker {
                 };
                 let request = self.write(
                     format!("/v1/wallets/holds/{}/{verb}", hold.data.uuid),
-                    self.shared.admin.clone(),
+                    self.shared.tokens.admin(),
                     "{}".into(),
                 );
                 let answer = self.exchange(kind, &request).await;
@@ -689,7 +720,10 @@ impl Worker {
         };
         let request = self.write(
             format!("/v1/payments/{uuid}/refund"),
-            merchant.token.clone(),
+            self.shared
+                .tokens
+                .merchant()
+                .unwrap_or_else(|| self.shared.tokens.admin()),
             format!(r#"{{"amount":{}}}"#, cents_text(refund)),
         );
         let answer = self.exchange(Kind::PaymentRefund, &request).await;
@@ -707,10 +741,7 @@ impl Worker {
     }
 
     fn token(&self, index: usize) -> Arc<str> {
-        self.shared
-            .wallets
-            .get(index)
-            .map_or_else(|| self.shared.admin.clone(), |w| w.token.clone())
+        self.shared.tokens.customer(index)
     }
 
     /// A POST with this run's next Idempotency-Key when `--idempotency` is on.

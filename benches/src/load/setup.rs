@@ -15,11 +15,12 @@ use super::client::{connect, Conn, Request, Response, Target};
 use super::mix::{Op, Rng};
 use super::{cents_text, parse_cents};
 
-/// A customer's wallet and the customer's token.
+/// A customer's wallet, the customer's token and the phone the customer logs in with.
 #[derive(Clone, Debug)]
 pub struct Wallet {
     pub id: u64,
     pub token: Arc<str>,
+    pub phone: String,
 }
 
 /// The run's merchant (mixes with payments): a business with `is_merchant: true`, one employee
@@ -43,6 +44,27 @@ pub struct Setup {
     pub base: Vec<Balance>,
     /// Distinguishes this run's phones and idempotency keys from earlier runs'.
     pub nonce: u64,
+    /// When the setup's first token was issued and how long walletd said it is accepted
+    /// (`None` for the baseline, whose tokens never expire): every other token of the setup was
+    /// issued later, so all are good until `issued + lifetime`.
+    pub tokens: Option<Issued>,
+}
+
+/// When tokens were issued, and for how long walletd accepts them.
+#[derive(Clone, Copy, Debug)]
+pub struct Issued {
+    pub at: std::time::Instant,
+    pub lifetime: Duration,
+}
+
+impl Issued {
+    /// Seconds of `expires_in` as a lifetime (at least one second).
+    pub fn new(at: std::time::Instant, expires_in: i64) -> Issued {
+        Issued {
+            at,
+            lifetime: Duration::from_secs(expires_in.max(1) as u64),
+        }
+    }
 }
 
 impl Setup {
@@ -55,11 +77,13 @@ impl Setup {
                 .map(|id| Wallet {
                     id,
                     token: token.clone(),
+                    phone: String::new(),
                 })
                 .collect(),
             merchant: None,
             base: Vec::new(),
             nonce,
+            tokens: None,
         }
     }
 
@@ -85,9 +109,17 @@ struct Envelope<T> {
     data: T,
 }
 
+/// A token and how long walletd says it is accepted.
+pub struct Login {
+    pub token: Arc<str>,
+    /// `expires_in`, in seconds.
+    pub expires_in: i64,
+}
+
 #[derive(Deserialize)]
-struct TokenData {
+struct LoginData {
     token: String,
+    expires_in: i64,
 }
 
 #[derive(Deserialize)]
@@ -234,35 +266,53 @@ fn unexpected(what: &str, response: &Response) -> String {
     )
 }
 
-/// Logs in an employee; returns the token.
+/// Logs in an employee.
 async fn login_employee(
     caller: &mut Caller,
     business_id: u64,
     email: &str,
     password: &str,
     who: &str,
-) -> Result<Arc<str>, String> {
-    let login = Request::post(
-        "/v1/auth/employee/login".into(),
-        None,
-        serde_json::json!({"business_id": business_id, "email": email, "password": password})
-            .to_string(),
-    );
-    let response = caller.call(&login).await?;
+) -> Result<Login, String> {
+    let body =
+        serde_json::json!({"business_id": business_id, "email": email, "password": password});
+    login(caller, "/v1/auth/employee/login", body, who).await
+}
+
+/// Logs in a customer of this run with the phone it registered.
+pub async fn login_customer(caller: &mut Caller, phone: &str, nonce: u64) -> Result<Login, String> {
+    let body = serde_json::json!({"phone": phone, "password": customer_password(nonce)});
+    login(caller, "/v1/auth/customer/login", body, "a customer").await
+}
+
+/// The password of every customer this run registers.
+fn customer_password(nonce: u64) -> String {
+    format!("load-password-{nonce:x}")
+}
+
+async fn login(
+    caller: &mut Caller,
+    path: &str,
+    body: serde_json::Value,
+    who: &str,
+) -> Result<Login, String> {
+    let response = caller
+        .call(&Request::post(path.into(), None, body.to_string()))
+        .await?;
     if response.status != 200 {
         return Err(unexpected(&format!("log in {who}"), &response));
     }
-    Ok(
-        serde_json::from_slice::<Envelope<TokenData>>(&response.body)
-            .map_err(|e| format!("log in {who}: unexpected answer: {e}"))?
-            .data
-            .token
-            .into(),
-    )
+    let data = serde_json::from_slice::<Envelope<LoginData>>(&response.body)
+        .map_err(|e| format!("log in {who}: unexpected answer: {e}"))?
+        .data;
+    Ok(Login {
+        token: data.token.into(),
+        expires_in: data.expires_in,
+    })
 }
 
 /// Logs in the platform admin (business 1) with `--admin-email` and the admin password.
-pub async fn login_admin(args: &LoadArgs, caller: &mut Caller) -> Result<Arc<str>, String> {
+pub async fn login_admin(args: &LoadArgs, caller: &mut Caller) -> Result<Login, String> {
     let password = args.admin_password.clone().ok_or(
         "no admin password: set WALLETD_ADMIN_PASSWORD (the one walletd was started with) or pass --admin-password",
     )?;
@@ -277,7 +327,7 @@ pub async fn login_admin(args: &LoadArgs, caller: &mut Caller) -> Result<Arc<str
 }
 
 /// Logs the merchant's employee in again (a restarted server that answers 401).
-pub async fn login_merchant(merchant: &Merchant, caller: &mut Caller) -> Result<Arc<str>, String> {
+pub async fn login_merchant(merchant: &Merchant, caller: &mut Caller) -> Result<Login, String> {
     login_employee(
         caller,
         merchant.business_id,
@@ -350,7 +400,8 @@ pub async fn prepare_merchant(
         &password,
         "the merchant's employee",
     )
-    .await?;
+    .await?
+    .token;
     let wallet_id = create(
         caller,
         "create the merchant's YER wallet",
@@ -382,7 +433,9 @@ pub async fn prepare(
         return Err("--wallets must be at least 2 (transfers need two wallets)".into());
     }
     let mut caller = Caller::new(args.client, target.clone(), timeout);
-    let admin = login_admin(args, &mut caller).await?;
+    let issued = std::time::Instant::now();
+    let login = login_admin(args, &mut caller).await?;
+    let admin = login.token;
     let merchant = if args.mix.has(Op::Payment) {
         Some(prepare_merchant(&mut caller, &admin, nonce).await?)
     } else {
@@ -442,6 +495,7 @@ pub async fn prepare(
         merchant,
         base: Vec::new(),
         nonce,
+        tokens: Some(Issued::new(issued, login.expires_in)),
     };
     setup.base = read_balances(args.client, target, &setup.audited(), workers, timeout)
         .await
@@ -461,10 +515,11 @@ async fn register(
     let base = Rng::new(seed ^ nonce).next_u64() % 100_000_000_000;
     let mut number = (base + index as u64) % 100_000_000_000;
     for _ in 0..5 {
+        let phone = format!("+9677{number:011}");
         let body = serde_json::json!({
             "name": format!("load {nonce:x} {index}"),
-            "phone": format!("+9677{number:011}"),
-            "password": format!("load-password-{nonce:x}"),
+            "phone": phone,
+            "password": customer_password(nonce),
         });
         let response = caller
             .call(&Request::post(
@@ -484,6 +539,7 @@ async fn register(
                 return Ok(Wallet {
                     id: wallet.id,
                     token: data.token.into(),
+                    phone,
                 });
             }
             409 => number = rng.next_u64() % 100_000_000_000,
