@@ -12,7 +12,8 @@
 //! - `walletd_history_memory_bytes{part}`: what the history store holds in memory
 //!   (`memtables`, `block_cache`, `pinned_filters`, `pinned_indexes`), and
 //!   `walletd_history_tables`, its tables on disk: which part of RSS is the store, and whether
-//!   one grows with history
+//!   one grows with history; `walletd_history_answer_generations`, the idempotency answers'
+//!   generations on disk (about five, whatever the history)
 //! - `walletd_snapshots_total{result}` (`written`, `failed`), `walletd_snapshot_running`,
 //!   `walletd_snapshot_seconds_total` and `walletd_snapshot_cpu_seconds_total` (wall and CPU
 //!   time of the background snapshots), and of the newest one written
@@ -214,6 +215,13 @@ impl Metrics {
                 Kind::Gauge,
                 "Tables of the history store on disk, all keyspaces.",
                 &memory.tables,
+            );
+            scalar(
+                &mut out,
+                "walletd_history_answer_generations",
+                Kind::Gauge,
+                "Generations of idempotency answers on disk: keyspaces of a quarter of the retention window each, deleted whole once their answers expired.",
+                &memory.answer_generations,
             );
         }
         render_snapshots(&mut out, &log.snapshots);

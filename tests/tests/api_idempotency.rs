@@ -7,7 +7,7 @@ use std::sync::OnceLock;
 
 use serde_json::json;
 use walletd_tests::http::Response;
-use walletd_tests::server::{Employee, Server, PLATFORM_BUSINESS_ID};
+use walletd_tests::server::{Employee, Options, Server, PLATFORM_BUSINESS_ID};
 
 struct Fixture {
     server: Server,
@@ -311,6 +311,86 @@ fn replays_survive_a_graceful_restart_and_a_crash() {
         transactions(&server, &customer.token, customer.wallet_id),
         2
     );
+}
+
+/// The value of an unlabelled gauge on `/metrics`.
+fn gauge(server: &Server, name: &str) -> u64 {
+    let text = server.get("/metrics", None).text();
+    text.lines()
+        .find_map(|line| line.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or_else(|| panic!("{name} missing from /metrics:\n{text}"))
+}
+
+/// Answers are kept in generations of a quarter of the retention window, each deleted whole
+/// once its latest answer expired (docs/history.md, "Idempotency answers"). With a 24-second
+/// window (6-second generations): a key answered in the first generation runs again once
+/// expired and its generation is gone, a key of the next one still replays, and both hold
+/// after a SIGKILL right after the drop (the store's journal may still name the deleted
+/// keyspace) and a restart. The test waits for the window itself to pass: that is what it tests.
+#[test]
+fn answers_expire_by_generation_and_survive_a_crash_after_a_drop() {
+    let retention = std::time::Duration::from_secs(24);
+    let mut server = Server::start_with(Options {
+        env: vec![("WALLETD_IDEMPOTENCY_RETENTION", "24s".into())],
+        ..Options::default()
+    });
+    let operator = server.create_employee(PLATFORM_BUSINESS_ID, &["operator"]);
+    let customer = server.register_customer();
+    let path = format!("/v1/wallets/{}/deposit", customer.wallet_id);
+    // A history read waits until the indexer filed (and purged) everything before it.
+    let filed = |server: &Server| transactions(server, &customer.token, customer.wallet_id);
+    let (first_key, second_key, third_key) = (key(), key(), key());
+
+    let started = std::time::Instant::now();
+    let first = server.post_idempotent(&path, &operator.token, &first_key, r#"{"amount": 1}"#);
+    assert_fresh(&first, 200);
+    std::thread::sleep(retention / 4 + std::time::Duration::from_millis(500));
+    let second = server.post_idempotent(&path, &operator.token, &second_key, r#"{"amount": 2}"#);
+    assert_fresh(&second, 200);
+    filed(&server);
+    assert_eq!(
+        gauge(&server, "walletd_history_answer_generations"),
+        2,
+        "the second answer, a quarter-window later, starts a generation"
+    );
+
+    // Past the first answer's window: the next filing's checkpoint drops its generation.
+    std::thread::sleep(
+        (retention + std::time::Duration::from_millis(500)).saturating_sub(started.elapsed()),
+    );
+    let third = server.post_idempotent(&path, &operator.token, &third_key, r#"{"amount": 3}"#);
+    assert_fresh(&third, 200);
+    let rerun = server.post_idempotent(&path, &operator.token, &first_key, r#"{"amount": 1}"#);
+    assert_fresh(&rerun, 200);
+    assert_eq!(filed(&server), 4);
+    assert_eq!(
+        gauge(&server, "walletd_history_answer_generations"),
+        2,
+        "the first generation is dropped, the third's answers started another"
+    );
+
+    server.kill_hard();
+    server.restart();
+    // The second answer expires a quarter-window and half a second after the window's start.
+    assert!(
+        started.elapsed() < retention + retention / 8,
+        "the restart took so long that the second answer may have expired too: {:?}",
+        started.elapsed()
+    );
+    for (key, first, body) in [
+        (&second_key, &second, r#"{"amount": 2}"#),
+        (&third_key, &third, r#"{"amount": 3}"#),
+        (&first_key, &rerun, r#"{"amount": 1}"#),
+    ] {
+        let again = server.post_idempotent(&path, &operator.token, key, body);
+        assert_replay_of(&again, first);
+    }
+    assert_eq!(
+        balance(&server, &customer.token, customer.wallet_id),
+        "7.00"
+    );
+    assert_eq!(filed(&server), 4, "nothing ran twice");
+    assert_eq!(gauge(&server, "walletd_history_answer_generations"), 2);
 }
 
 /// Issue 16, item 6: the fingerprint is of a canonical encoding with normalized amounts, so

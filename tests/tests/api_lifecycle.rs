@@ -214,6 +214,7 @@ fn unknown_paths_are_404_and_known_paths_with_another_method_are_405() {
         "walletd_history_memory_bytes{part=\"pinned_filters\"}",
         "walletd_history_memory_bytes{part=\"pinned_indexes\"}",
         "walletd_history_tables",
+        "walletd_history_answer_generations",
         // And what the background snapshots cost, and whether one fails.
         "walletd_snapshots_total{result=\"written\"}",
         "walletd_snapshots_total{result=\"failed\"}",

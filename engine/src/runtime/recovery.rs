@@ -332,6 +332,12 @@ pub(crate) fn open(
         }
         Err(error) => return Err(history_error(&store_path, &error)),
     };
+    // Answers older than the retention window are not filed (a rebuild from the archive would
+    // otherwise make a generation of them for every stretch of the past), and new generations
+    // run a quarter of the window.
+    store
+        .retain_answers(config.idempotency_retention_ms(), clock.now_ms())
+        .map_err(|e| history_error(&store_path, &e))?;
     // A store written before payments, payouts, settlements, links and QR payloads were filed
     // lacks those it covers: replay then keeps every one in memory, and they are filed from
     // there once replay is done (below).
@@ -484,6 +490,11 @@ pub(crate) fn open(
     // alone and reports are refused. The commerce records are filed above, so a crash anywhere
     // in this upgrade leaves a store the next open upgrades the same way.
     build_reports(&store, &state.shards).map_err(|e| history_error(&store_path, &e))?;
+    // From here on the indexer files what was just decided: every answer, whatever the floor
+    // recovery used (a clock set back after running ahead must not lose one).
+    store
+        .file_every_answer()
+        .map_err(|e| history_error(&store_path, &e))?;
     let table = Arc::new(std::mem::take(&mut state.table));
     filer.serve_answers(history::indexer::Answers {
         table: table.clone(),

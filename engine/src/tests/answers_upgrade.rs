@@ -45,7 +45,7 @@ async fn answers_missing_from_an_older_store_are_filed_from_the_log_on_open() {
     store
         .with(|open| {
             let mut writes = open.db.batch();
-            for keyspace in [&open.answers, &open.answer_lsns] {
+            for keyspace in &open.generations.keyspaces() {
                 for item in keyspace.iter() {
                     writes.remove(keyspace, item.key()?.to_vec());
                 }

@@ -17,7 +17,7 @@
 //! holds          epoch(id) | wallet | hold id               -> Hold
 //! entry_times    epoch(t) | wallet | t | entry id           -> ()   t: created_at as a time key
 //! wallet_epochs  wallet | kind | epoch                      -> ()   the epochs a wallet has records in
-//! meta           "layout"                                   -> 5    this layout, answers by digest, no `counts`, the answers' purge index grouped (4: one purge key per answer; 3: with `counts`; 2: before answers by digest; absent: wallet-first)
+//! meta           "layout"                                   -> 6    this layout, answers in generations, no `counts` (5: answers by digest, their purge index grouped; 4: one purge key per answer; 3: with `counts`; 2: before answers by digest; absent: wallet-first)
 //! ```
 //!
 //! A wallet's records are then one range per epoch it has records in, and `wallet_epochs`
@@ -62,8 +62,13 @@ pub(crate) const LAYOUT_DERIVED_COUNTS: u8 = 4;
 /// of layout 4 stay readable; the number changed so that a walletd from before refuses the
 /// store instead of failing on a grouped entry at its first purge.
 pub(crate) const LAYOUT_GROUPED_PURGE: u8 = 5;
+/// Layout 5 with idempotency answers filed in generations (`super::answers::generations`);
+/// the digest layout of 4 and 5 is read and drained, never written. The number changed so
+/// that a walletd from before refuses the store: it would file answers where lookups of this
+/// one never look, and miss every answer filed in a generation (a retry would run twice).
+pub(crate) const LAYOUT_ANSWER_GENERATIONS: u8 = 6;
 /// The layout this walletd writes.
-pub(crate) const LAYOUT_CURRENT: u8 = LAYOUT_GROUPED_PURGE;
+pub(crate) const LAYOUT_CURRENT: u8 = LAYOUT_ANSWER_GENERATIONS;
 /// The way out of a store this walletd refuses to open.
 const REBUILD: &str = "Move the data dir's history/ aside and start walletd: it rebuilds the \
                        store from the log (or, if the log no longer starts at LSN 1, run \
@@ -266,14 +271,21 @@ pub(crate) fn upgrade_layout(open: &Open) -> Result<(), StoreError> {
         .any(|name| open.db.keyspace_exists(name));
     match open.meta.get(LAYOUT)? {
         Some(layout) if layout.as_ref() == [LAYOUT_CURRENT] => {}
-        // Layout 4's per-answer purge entries are read beside the groups filed from now on;
-        // the mark is synced before the first group is written.
-        Some(layout) if layout.as_ref() == [LAYOUT_DERIVED_COUNTS] => {
+        // The digest layout of 4 and 5 (answers and their purge index) is read and drained
+        // beside the generations filed from now on; the mark is synced before the first
+        // generation is written.
+        Some(layout)
+            if matches!(
+                layout.as_ref(),
+                [LAYOUT_DERIVED_COUNTS | LAYOUT_GROUPED_PURGE]
+            ) =>
+        {
             open.meta.insert(LAYOUT, [LAYOUT_CURRENT])?;
             open.db.persist(fjall::PersistMode::SyncData)?;
         }
-        // Layout 2's answers' keyspaces were created by this open ([`super::answers`]); the
-        // counts of layouts 2 and 3 are dropped below, once the mark is synced.
+        // Layout 2 had no answers in this layout, layout 3's digest layout is read and drained
+        // like 4's and 5's ([`super::answers`]); the counts of layouts 2 and 3 are dropped
+        // below, once the mark is synced.
         Some(layout) if matches!(layout.as_ref(), [LAYOUT_EPOCHS | LAYOUT_ANSWERS]) => {
             check_counts(open)?;
             open.meta.insert(LAYOUT, [LAYOUT_CURRENT])?;

@@ -17,7 +17,7 @@ use std::collections::HashMap;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use super::answers::{file_answer, Held, PurgeGroups};
+use super::answers::AnswerFiler;
 use super::epochs::{
     id_epoch, record_key, time_index_key, wallet_records, EpochsSeen, ENTRY_TIMES,
 };
@@ -120,7 +120,7 @@ pub(crate) fn file_batch(
             .reports
             .load(std::sync::atomic::Ordering::Acquire)
             .then(ReportBatch::default);
-        let mut purge_groups = PurgeGroups::default();
+        let mut answers = AnswerFiler::default();
         for record in records {
             batch.shard = record.shard;
             for event in &record.events {
@@ -130,16 +130,10 @@ pub(crate) fn file_batch(
                 }
             }
             for answer in &record.answers {
-                file_answer(
-                    open,
-                    &mut batch.writes,
-                    &mut purge_groups,
-                    answer,
-                    record.lsn,
-                )?;
+                answers.file(open, &mut batch.writes, answer, record.lsn)?;
             }
         }
-        purge_groups.write(open, &mut batch.writes, Held::Never)?;
+        answers.finish(open, &mut batch.writes);
         let Batch {
             mut writes, counts, ..
         } = batch;
@@ -639,22 +633,32 @@ mod tests {
         );
     }
 
-    /// The indexer's batches index their answers for the purge: 300 answers over three records
-    /// (two groups) are all purged once expired, and none still inside the window.
+    /// A keyed answer of customer 1 under `key`, decided at `at_ms`.
+    fn keyed_answer(
+        key: String,
+        at_ms: i64,
+        response: &[u8],
+    ) -> crate::runtime::journal::IdempotencyRecord {
+        crate::runtime::journal::IdempotencyRecord {
+            caller: "customer:1".into(),
+            key,
+            fingerprint: [1; 32],
+            at_ms,
+            route: 2,
+            response: Some(response.to_vec()),
+            transfer_uuid: None,
+        }
+    }
+
+    /// The indexer's batches file their answers in generations: 300 answers over three records
+    /// (three generations of 100 ms) are found until the latest answer of their generation
+    /// expires, and none is dropped while inside the window.
     #[test]
     fn answers_the_indexer_files_are_purged_once_expired() {
-        use crate::runtime::journal::IdempotencyRecord;
         let dir = tempfile::tempdir().unwrap();
         let store = HistoryStore::open(dir.path(), 1 << 20).unwrap();
-        let answer = |i: i64| IdempotencyRecord {
-            caller: "customer:1".into(),
-            key: format!("k{i}"),
-            fingerprint: [1; 32],
-            at_ms: 1_000 + i,
-            route: 2,
-            response: Some(b"{}".to_vec()),
-            transfer_uuid: None,
-        };
+        store.retain_answers(400, 0).unwrap();
+        let answer = |i: i64| keyed_answer(format!("k{i}"), 1_000 + i, b"{}");
         let records: Vec<Filed> = (0..3i64)
             .map(|record| Filed {
                 answers: (record * 100..record * 100 + 100).map(answer).collect(),
@@ -662,17 +666,69 @@ mod tests {
             })
             .collect();
         file_batch(&store, &records, &mut ChainHeads::default()).unwrap();
-        assert_eq!(store.purge_answers_before(1_250, 100_000).unwrap(), 250);
-        assert!(store.answer("customer:1", "k249").unwrap().is_none());
-        assert!(store.answer("customer:1", "k250").unwrap().is_some());
-        assert_eq!(store.purge_answers_before(i64::MAX, 100_000).unwrap(), 50);
+        let purged = store.purge_answers_before(1_250, 100_000).unwrap();
+        assert_eq!((purged.answers, purged.generations), (0, 2));
+        assert!(store.answer("customer:1", "k199").unwrap().is_none());
+        for live in ["k200", "k250", "k299"] {
+            assert!(
+                store.answer("customer:1", live).unwrap().is_some(),
+                "{live}"
+            );
+        }
+        let purged = store.purge_answers_before(1_300, 100_000).unwrap();
+        assert_eq!(purged.generations, 1);
+        assert!(store.answer("customer:1", "k299").unwrap().is_none());
+    }
+
+    /// Answers of one batch decided out of order each go to the generation of their own time
+    /// (the batch remembers the last one it used, and asks again for a time it does not
+    /// hold), and each generation's latest time is what it holds: the purge drops exactly the
+    /// generations whose every answer expired.
+    #[test]
+    fn a_batch_files_answers_decided_out_of_order_by_their_own_times() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = HistoryStore::open(dir.path(), 1 << 20).unwrap();
+        store.retain_answers(400, 0).unwrap();
+        let times = [1_000i64, 1_150, 1_120, 1_160, 1_099];
+        let answers = times
+            .iter()
+            .map(|at_ms| keyed_answer(format!("k{at_ms}"), *at_ms, b"{}"))
+            .collect();
+        let filed = Filed {
+            answers,
+            ..Filed::events(1, Vec::new())
+        };
+        file_batch(&store, &[filed], &mut ChainHeads::default()).unwrap();
+        let starts = store.with(|open| Ok(open.generations.starts())).unwrap();
+        assert_eq!(starts, vec![1_000, 1_120, 1_150]);
+        let found = |at: i64| {
+            store
+                .answer("customer:1", &format!("k{at}"))
+                .unwrap()
+                .map(|answer| answer.at_ms)
+        };
+        for at in times {
+            assert_eq!(found(at), Some(at));
+        }
+        // The first generation's latest is 1,099 (filed last), the second's 1,120.
+        let purged = store.purge_answers_before(1_100, 100).unwrap();
+        assert_eq!(purged.generations, 1);
+        assert_eq!((found(1_000), found(1_099)), (None, None));
+        assert_eq!(found(1_120), Some(1_120));
+        assert_eq!(
+            store.purge_answers_before(1_121, 100).unwrap().generations,
+            1
+        );
+        assert_eq!(
+            (found(1_120), found(1_150), found(1_160)),
+            (None, Some(1_150), Some(1_160))
+        );
     }
 
     /// The store's memory by part follows what it holds: filed records sit in memtables until
     /// a flush writes them to tables, and reading them back fills the block cache.
     #[test]
     fn the_store_reports_its_memtables_tables_and_cache() {
-        use crate::runtime::journal::IdempotencyRecord;
         let dir = tempfile::tempdir().unwrap();
         let store = HistoryStore::open(dir.path(), 1 << 20).unwrap();
         // A new store holds only its marks (layout, completeness).
@@ -680,15 +736,7 @@ mod tests {
         assert!(empty.memtables < 4_096, "{empty:?}");
         assert_eq!(empty.tables, 0, "{empty:?}");
         let answers = (0..200)
-            .map(|i| IdempotencyRecord {
-                caller: "customer:1".into(),
-                key: format!("k{i}"),
-                fingerprint: [1; 32],
-                at_ms: 1_000,
-                route: 2,
-                response: Some(vec![b'x'; 100]),
-                transfer_uuid: None,
-            })
+            .map(|i| keyed_answer(format!("k{i}"), 1_000, &[b'x'; 100]))
             .collect();
         let filed = Filed {
             answers,

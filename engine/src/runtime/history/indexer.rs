@@ -28,7 +28,8 @@ use crate::shard::event::Event;
 /// Most WAL records filed in one store transaction.
 pub const FILE_RECORDS_MAX: usize = 16 * 1024;
 
-/// Most expired idempotency answers removed per checkpoint: purging keeps up with any rate the
+/// Most expired idempotency answers of a store's older layouts removed one by one per
+/// checkpoint (the current layout drops whole generations): purging keeps up with any rate the
 /// log can write (a checkpoint a second) without one long pause.
 pub const PURGE_ANSWERS_MAX: usize = 64 * 1024;
 
@@ -255,8 +256,12 @@ impl Filer {
             if let Some(answers) = &self.answers {
                 let cutoff = answers.clock.now_ms().saturating_sub(answers.retention_ms);
                 let purged = self.store.purge_answers_before(cutoff, PURGE_ANSWERS_MAX)?;
-                if purged > 0 {
-                    tracing::debug!(purged, "expired idempotency answers removed");
+                if purged != super::answers::Purged::default() {
+                    tracing::debug!(
+                        answers = purged.answers,
+                        generations = purged.generations,
+                        "expired idempotency answers removed"
+                    );
                 }
                 let now = cutoff.saturating_add(answers.retention_ms);
                 let stalled = self
@@ -271,7 +276,7 @@ impl Filer {
                     tracing::warn!(
                         decided_at_ms = at,
                         ahead_ms = at - now,
-                        "the idempotency answer purge waits on an answer decided in the future (the clock was ahead): answers behind it stay on disk until it expires"
+                        "the idempotency answer purge waits on an answer decided in the future (the clock was ahead): older answers stay on disk until it expires"
                     );
                 }
             }

@@ -19,7 +19,7 @@
 //! wallet_epochs wallet | kind | epoch           -> ()            a wallet's epochs ([`super::epochs`])
 //! tx_uuids      uuid                            -> wallet | transaction id
 //! hold_uuids    uuid                            -> wallet | hold id
-//! answers_by_digest, answers_by_lsn            idempotency answers ([`super::answers`])
+//! answers_from_<start ms>  digest            -> (name, StoredAnswer)  idempotency answers, one keyspace a generation ([`super::answers`])
 //! pages         wallet | kind | block           -> id            the page directory ([`super::pages`])
 //! report_days, report_subjects                  report aggregates ([`super::report_days`])
 //! moves         kind | uuid                     -> MoveRecord    finished cross-shard moves ([`super::moves`])
@@ -217,8 +217,6 @@ const TRANSACTIONS: &str = "transactions_by_epoch";
 const ENTRIES: &str = "entries_by_epoch";
 const ENTRY_TIMES: &str = "entry_times_by_epoch";
 const HOLDS: &str = "holds_by_epoch";
-/// Idempotency answers by the digest of their name ([`super::answers`]).
-const ANSWERS: &str = "answers_by_digest";
 
 /// The open database and its keyspaces.
 pub(crate) struct Open {
@@ -231,10 +229,11 @@ pub(crate) struct Open {
     pub(crate) wallet_epochs: fjall::Keyspace,
     pub(crate) tx_uuids: fjall::Keyspace,
     pub(crate) hold_uuids: fjall::Keyspace,
-    /// `answers_by_digest` ([`super::answers`]).
-    pub(crate) answers: fjall::Keyspace,
-    /// `answers_by_lsn`, the purge's index.
-    pub(crate) answer_lsns: fjall::Keyspace,
+    /// The idempotency answers' generations ([`super::answers::generations`]).
+    pub(crate) generations: super::answers::generations::Generations,
+    /// The answers' digest layout, in a store written before generations
+    /// ([`super::answers::digest_layout`]).
+    pub(crate) digest_layout: Option<super::answers::digest_layout::DigestLayout>,
     /// The first layout's `answers` and `answer_times`, in a store that still has them.
     pub(crate) legacy_answers: Option<[fjall::Keyspace; 2]>,
     /// The first layout's index still holds answers: lookups ask it too.
@@ -267,11 +266,10 @@ pub(crate) struct Open {
 
 impl Open {
     /// Every keyspace with the memtable size at which the indexer seals it.
-    fn keyspaces(&self) -> impl Iterator<Item = (&fjall::Keyspace, u64)> {
+    fn keyspaces(&self) -> Vec<(fjall::Keyspace, u64)> {
         const LARGE: u64 = 16 << 20;
         const SMALL: u64 = 8 << 20;
-        let legacy = self.legacy_answers.iter().flatten();
-        [
+        let fixed = [
             (&self.meta, SMALL),
             (&self.transactions, LARGE),
             (&self.entries, LARGE),
@@ -280,8 +278,6 @@ impl Open {
             (&self.wallet_epochs, SMALL),
             (&self.tx_uuids, LARGE),
             (&self.hold_uuids, LARGE),
-            (&self.answers, LARGE),
-            (&self.answer_lsns, SMALL),
             (&self.pages, SMALL),
             (&self.report_days, SMALL),
             (&self.report_subjects, SMALL),
@@ -296,9 +292,90 @@ impl Open {
             (&self.settled_items, SMALL),
             (&self.links, SMALL),
             (&self.qrs, SMALL),
-        ]
-        .into_iter()
-        .chain(legacy.map(|keyspace| (keyspace, SMALL)))
+        ];
+        let older = self.legacy_answers.iter().flatten().chain(
+            self.digest_layout
+                .iter()
+                .flat_map(|layout| layout.keyspaces()),
+        );
+        fixed
+            .into_iter()
+            .chain(older.map(|keyspace| (keyspace, SMALL)))
+            .map(|(keyspace, limit)| (keyspace.clone(), limit))
+            .chain(
+                self.generations
+                    .keyspaces()
+                    .into_iter()
+                    .map(|keyspace| (keyspace, LARGE)),
+            )
+            .collect()
+    }
+}
+
+/// How a keyspace of the store is made (kept with it: an existing keyspace keeps what it was
+/// created with).
+pub(crate) fn keyspace_options(name: &str) -> fjall::KeyspaceCreateOptions {
+    let mut options = fjall::KeyspaceCreateOptions::default().max_memtable_size(u64::MAX >> 1);
+    // The records' data blocks are lz4-compressed at every level, not only from L2
+    // down (fjall's default): with epoch-first keys most tables reach the lower
+    // levels by a move, never rewritten, so a table is compressed when it is first
+    // written or never. Random keys (uuids, client keys) do not compress: their
+    // keyspaces are left alone and spend nothing on it.
+    let compressed = if matches!(name, TRANSACTIONS | ENTRIES | HOLDS | "payments") {
+        fjall::CompressionType::Lz4
+    } else {
+        fjall::CompressionType::None
+    };
+    options =
+        options.data_block_compression_policy(fjall::config::CompressionPolicy::all(compressed));
+    // No table keeps its block index or bloom filter in memory: they go through
+    // the block cache, which is bounded. fjall pins L0's and L1's indexes and L0's
+    // filters by default, decided when it writes a table (a merge out of L0 counts
+    // as L1 wherever the base level sits), and a table keeps it when compaction
+    // moves it down a level without rewriting it, which is how most tables of the
+    // epoch-first keyspaces (and every table of `answers_by_lsn`) reach the deeper
+    // levels: the pinned indexes grew with every table ever written, 2 MiB a minute
+    // under the soak, without bound (BENCHMARKS.md, "What the store holds in
+    // memory"). Kept with the keyspace when it is created.
+    options = options
+        .index_block_pinning_policy(fjall::config::PinningPolicy::disabled())
+        .filter_block_pinning_policy(fjall::config::PinningPolicy::disabled());
+    // Merging eight 16 MiB tables at a time instead of four halves how often an
+    // L0 -> L1 compaction rewrites the tables it overlaps (L1 stays 8 x 32 MiB =
+    // 256 MiB). Measured when these keyspaces were keyed wallet-first, where every
+    // table overlapped all of L1: a 4-minute soak's last minute went from x0.71
+    // of the first to x0.84 (BENCHMARKS.md). The uuid indexes are random-keyed, so
+    // every one of their L0 -> L1 compactions overlaps all of L1: with 8 MiB
+    // memtables and four L0 tables a merge, `tx_uuids` wrote the most table bytes
+    // of all keyspaces by minute 8 of a soak (454 MiB in 30 s), so they get the
+    // large memtables and this strategy too. Kept with the keyspace when it is
+    // created, so an existing store keeps the strategy it was made with.
+    // An answers' keyspace: a generation of them (`super::answers::generations`).
+    let answers = super::answers::generations::start_of(name).is_some();
+    if answers
+        || matches!(
+            name,
+            TRANSACTIONS | ENTRIES | ENTRY_TIMES | HOLDS | "payments" | "tx_uuids" | "hold_uuids"
+        )
+    {
+        options = options.compaction_strategy(std::sync::Arc::new(
+            fjall::compaction::Leveled::default()
+                .with_l0_threshold(8)
+                .with_table_target_size(32 << 20),
+        ));
+    }
+    if answers {
+        // Answers are the largest values (a rendered response, ~350 bytes) and are
+        // never changed: kept apart in blob files, written once at flush, compaction
+        // moves only their keys. Without it the one worker fell behind under a keyed
+        // soak and sealed memtables piled up in memory (BENCHMARKS.md).
+        options.with_kv_separation(Some(
+            fjall::KvSeparationOptions::default()
+                .separation_threshold(64)
+                .compression(fjall::CompressionType::Lz4),
+        ))
+    } else {
+        options
     }
 }
 
@@ -317,6 +394,9 @@ pub struct StoreMemory {
     pub pinned_indexes: u64,
     /// Tables of every keyspace.
     pub tables: u64,
+    /// Generations of idempotency answers (keyspaces, [`super::answers::generations`]): about
+    /// five, whatever the history, unless the clock ran ahead.
+    pub answer_generations: u64,
 }
 
 /// The history store. Cheap to share: reads run beside the indexer's writes and see only what
@@ -357,79 +437,9 @@ impl HistoryStore {
             .open()?;
         // fjall never rotates a memtable by itself here (the limit it sees is out of reach):
         // the indexer does, from its own thread ([`HistoryStore::rotate_full_memtables`]).
-        let keyspace = |name: &str| {
-            db.keyspace(name, move || {
-                let mut options =
-                    fjall::KeyspaceCreateOptions::default().max_memtable_size(u64::MAX >> 1);
-                // The records' data blocks are lz4-compressed at every level, not only from L2
-                // down (fjall's default): with epoch-first keys most tables reach the lower
-                // levels by a move, never rewritten, so a table is compressed when it is first
-                // written or never. Random keys (uuids, client keys) do not compress: their
-                // keyspaces are left alone and spend nothing on it.
-                let compressed = if matches!(name, TRANSACTIONS | ENTRIES | HOLDS | "payments") {
-                    fjall::CompressionType::Lz4
-                } else {
-                    fjall::CompressionType::None
-                };
-                options = options.data_block_compression_policy(
-                    fjall::config::CompressionPolicy::all(compressed),
-                );
-                // No table keeps its block index or bloom filter in memory: they go through
-                // the block cache, which is bounded. fjall pins L0's and L1's indexes and L0's
-                // filters by default, decided when it writes a table (a merge out of L0 counts
-                // as L1 wherever the base level sits), and a table keeps it when compaction
-                // moves it down a level without rewriting it, which is how most tables of the
-                // epoch-first keyspaces (and every table of `answers_by_lsn`) reach the deeper
-                // levels: the pinned indexes grew with every table ever written, 2 MiB a minute
-                // under the soak, without bound (BENCHMARKS.md, "What the store holds in
-                // memory"). Kept with the keyspace when it is created.
-                options = options
-                    .index_block_pinning_policy(fjall::config::PinningPolicy::disabled())
-                    .filter_block_pinning_policy(fjall::config::PinningPolicy::disabled());
-                // Merging eight 16 MiB tables at a time instead of four halves how often an
-                // L0 -> L1 compaction rewrites the tables it overlaps (L1 stays 8 x 32 MiB =
-                // 256 MiB). Measured when these keyspaces were keyed wallet-first, where every
-                // table overlapped all of L1: a 4-minute soak's last minute went from x0.71
-                // of the first to x0.84 (BENCHMARKS.md). The uuid indexes are random-keyed, so
-                // every one of their L0 -> L1 compactions overlaps all of L1: with 8 MiB
-                // memtables and four L0 tables a merge, `tx_uuids` wrote the most table bytes
-                // of all keyspaces by minute 8 of a soak (454 MiB in 30 s), so they get the
-                // large memtables and this strategy too. Kept with the keyspace when it is
-                // created, so an existing store keeps the strategy it was made with.
-                if matches!(
-                    name,
-                    TRANSACTIONS
-                        | ENTRIES
-                        | ENTRY_TIMES
-                        | HOLDS
-                        | ANSWERS
-                        | "payments"
-                        | "tx_uuids"
-                        | "hold_uuids"
-                ) {
-                    options = options.compaction_strategy(std::sync::Arc::new(
-                        fjall::compaction::Leveled::default()
-                            .with_l0_threshold(8)
-                            .with_table_target_size(32 << 20),
-                    ));
-                }
-                if name == ANSWERS {
-                    // Answers are the largest values (a rendered response, ~350 bytes) and are
-                    // never changed: kept apart in blob files, written once at flush, compaction
-                    // moves only their keys. Without it the one worker fell behind under a keyed
-                    // soak and sealed memtables piled up in memory (BENCHMARKS.md).
-                    options.with_kv_separation(Some(
-                        fjall::KvSeparationOptions::default()
-                            .separation_threshold(64)
-                            .compression(fjall::CompressionType::Lz4),
-                    ))
-                } else {
-                    options
-                }
-            })
-        };
+        let keyspace = |name: &str| db.keyspace(name, || keyspace_options(name));
+        let meta = keyspace("meta")?;
         let open = Open {
-            meta: keyspace("meta")?,
             transactions: keyspace(TRANSACTIONS)?,
             entries: keyspace(ENTRIES)?,
             entry_times: keyspace(ENTRY_TIMES)?,
@@ -437,8 +447,12 @@ impl HistoryStore {
             wallet_epochs: keyspace("wallet_epochs")?,
             tx_uuids: keyspace("tx_uuids")?,
             hold_uuids: keyspace("hold_uuids")?,
-            answers: keyspace(ANSWERS)?,
-            answer_lsns: keyspace("answers_by_lsn")?,
+            generations: super::answers::generations::Generations::open(
+                &db,
+                &meta,
+                keyspace_options,
+            )?,
+            digest_layout: super::answers::digest_layout::open(&db, &meta, keyspace_options)?,
             legacy_answers: None,
             legacy_answers_live: std::sync::atomic::AtomicBool::new(false),
             counted: std::sync::Mutex::default(),
@@ -457,6 +471,7 @@ impl HistoryStore {
             settled_items: keyspace("settled_items")?,
             links: keyspace("links")?,
             qrs: keyspace("qrs")?,
+            meta,
             db,
         };
         let open = super::answers::open_legacy(open)?;
@@ -523,8 +538,13 @@ impl HistoryStore {
     pub(crate) fn compact_step(&self, which: usize) -> Result<bool, StoreError> {
         use fjall::AbstractTree;
         self.with(|open| {
+            // The generation being filled: the others take only stragglers.
+            let newest_answers = open.generations.filling();
             let keyspace = match which % Self::COMPACTED {
-                0 => &open.answers,
+                0 => match &newest_answers {
+                    Some(keyspace) => keyspace,
+                    None => return Ok(false),
+                },
                 1 => &open.entries,
                 2 => &open.payments,
                 3 => &open.transactions,
@@ -579,8 +599,12 @@ impl HistoryStore {
     /// the indexer's thread (never fjall's worker: see [`HistoryStore::rotate_full_memtables`]).
     pub fn flush_memtables(&self) -> Result<(), StoreError> {
         self.with(|open| {
-            let keyspaces: Vec<&fjall::Keyspace> =
-                open.keyspaces().map(|(keyspace, _)| keyspace).collect();
+            let keyspaces: Vec<fjall::Keyspace> = open
+                .keyspaces()
+                .into_iter()
+                .map(|(keyspace, _)| keyspace)
+                .collect();
+            let keyspaces: Vec<&fjall::Keyspace> = keyspaces.iter().collect();
             flush_and_wait(&keyspaces, "at shutdown")?;
             open.db.persist(fjall::PersistMode::SyncData)?;
             Ok(())
@@ -596,9 +620,10 @@ impl HistoryStore {
             let mut memory = StoreMemory {
                 memtables: open.db.write_buffer_size(),
                 block_cache: open.db.cache_size(),
+                answer_generations: open.generations.count() as u64,
                 ..StoreMemory::default()
             };
-            for (keyspace, _) in open.keyspaces() {
+            for (keyspace, _) in &open.keyspaces() {
                 memory.pinned_filters += keyspace.tree.pinned_filter_size() as u64;
                 memory.pinned_indexes += keyspace.tree.pinned_block_index_size() as u64;
                 memory.tables += keyspace.tree.table_count() as u64;
@@ -1242,7 +1267,7 @@ pub(crate) fn rotate_full(open: &Open) -> Result<std::time::Duration, StoreError
     use fjall::AbstractTree;
     let started = std::time::Instant::now();
     // A journal file is freed once every memtable it holds writes of is flushed, so a
-    // small keyspace written a little per batch (meta, the answers' index) would pin them all: past
+    // small keyspace written a little per batch (meta, a generation taking stragglers) would pin them all: past
     // [`JOURNAL_MAX_BYTES`] every memtable with anything in it is sealed.
     let journal_full = open.db.journal_disk_space()? > JOURNAL_MAX_BYTES;
     for (keyspace, limit) in open.keyspaces() {
