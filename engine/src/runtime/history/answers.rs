@@ -124,8 +124,9 @@ pub(crate) struct AnswerFiler {
 
 impl AnswerFiler {
     /// Adds `record`'s answer (logged at `lsn`) to `writes`. Records without an answer (the
-    /// pending key of an unfinished move) are hot state and not filed; an answer decided before
-    /// the retention window is expired and not filed either ([`generations`]).
+    /// pending key of an unfinished move) are hot state and not filed; while recovering, an
+    /// answer decided before the retention window is expired and not filed either
+    /// ([`generations`]).
     pub(crate) fn file(
         &mut self,
         open: &Open,
@@ -137,6 +138,10 @@ impl AnswerFiler {
             return Ok(());
         };
         let at_ms = record.at_ms;
+        // While recovering, one the clock of the open finds expired is not filed.
+        if at_ms < open.generations.floor_ms() {
+            return Ok(());
+        }
         if !self.last.as_ref().is_some_and(|target| target.holds(at_ms)) {
             let chosen =
                 open.generations
