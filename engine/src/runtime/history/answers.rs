@@ -179,10 +179,27 @@ impl AnswerFiler {
     }
 
     /// Adds each generation's new latest decision time to `writes`: in the batch that files the
-    /// answers, so the store never holds an answer later than its generation's time says.
-    pub(crate) fn finish(self, open: &Open, writes: &mut fjall::OwnedWriteBatch) {
-        for (generation, latest) in self.latest {
-            generation.note_latest(&open.meta, writes, latest);
+    /// answers, so the store never holds an answer later than its generation's time says. The
+    /// times kept in memory are raised once the batch is committed ([`LatestTimes::committed`]).
+    #[must_use = "the latest times are raised in memory only once the batch is committed"]
+    pub(crate) fn finish(self, open: &Open, writes: &mut fjall::OwnedWriteBatch) -> LatestTimes {
+        LatestTimes(
+            self.latest
+                .into_iter()
+                .filter(|(generation, latest)| generation.write_latest(&open.meta, writes, *latest))
+                .collect(),
+        )
+    }
+}
+
+/// The latest decision times a batch wrote ([`AnswerFiler::finish`]).
+pub(crate) struct LatestTimes(Vec<(std::sync::Arc<generations::Generation>, i64)>);
+
+impl LatestTimes {
+    /// The batch is committed: the generations' times in memory follow what `meta` now says.
+    pub(crate) fn committed(self) {
+        for (generation, latest) in self.0 {
+            generation.committed(latest);
         }
     }
 }
@@ -274,14 +291,19 @@ impl HistoryStore {
             let mut writes = open.db.batch();
             let mut filer = AnswerFiler::default();
             for (lsn, record) in records {
+                // Expired by the clock of the open: not filed (and not looked up either).
+                if record.at_ms < open.generations.floor_ms() {
+                    continue;
+                }
                 let name = answer_key(&record.caller, &record.key);
                 if filed(open, &name)?.is_some_and(|held| held.at_ms >= record.at_ms) {
                     continue;
                 }
                 filer.file(open, &mut writes, record, *lsn)?;
             }
-            filer.finish(open, &mut writes);
+            let latest = filer.finish(open, &mut writes);
             writes.commit()?;
+            latest.committed();
             Ok(())
         })
     }

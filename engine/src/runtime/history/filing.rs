@@ -133,7 +133,7 @@ pub(crate) fn file_batch(
                 answers.file(open, &mut batch.writes, answer, record.lsn)?;
             }
         }
-        answers.finish(open, &mut batch.writes);
+        let latest = answers.finish(open, &mut batch.writes);
         let Batch {
             mut writes, counts, ..
         } = batch;
@@ -145,6 +145,7 @@ pub(crate) fn file_batch(
             counted(open).clear();
             return Err(error.into());
         }
+        latest.committed();
         // The counts are not written: readers find them here, before the indexer publishes
         // this batch as filed, or in the page directory ([`super::pages::count_of`]). Every
         // count this batch changed replaces whatever a reader remembered meanwhile (a reader's

@@ -276,7 +276,7 @@ impl Filer {
                     tracing::warn!(
                         decided_at_ms = at,
                         ahead_ms = at - now,
-                        "the idempotency answer purge waits on an answer decided in the future (the clock was ahead): older answers stay on disk until it expires"
+                        "an idempotency answer was decided in the future (the clock was ahead): its generation stays on disk until it expires"
                     );
                 }
             }

@@ -6,10 +6,10 @@
 //! ```
 //!
 //! A generation takes the answers decided from its start for [`Generations::length_ms`], and
-//! never past the next generation's start (the oldest one also takes those decided before its
-//! own start). An answer no generation takes starts a new one at its time. So a generation
-//! holds one stretch of decision time, whatever order the answers come in, and what it holds
-//! expires together.
+//! never past the next generation's start. An answer no generation takes (decided before every
+//! start, or in a gap between two) starts a new one at its time. So a generation holds one
+//! stretch of decision time, whatever order the answers come in, and what it holds expires
+//! together.
 //!
 //! **When one is dropped.** Each generation's latest decision time is kept in `meta`
 //! (`answers_latest:` start), written in the same write batch as the answers that raise it, so
@@ -39,7 +39,8 @@
 //! window (by the clock of the open) would only be purged again, and a rebuild over all history
 //! (`--from-archive`) would otherwise create a generation for every stretch of the past. A
 //! lookup treats an expired answer as absent, so one not filed is indistinguishable from one
-//! filed and purged. Once the engine serves, every answer is filed
+//! filed and purged, as a lookup at the open would see it (a clock ahead at the open skips what
+//! a lookup then would also treat as expired). Once the engine serves, every answer is filed
 //! ([`Generations::file_every_answer`]): what the live indexer files was decided a moment ago.
 
 use std::sync::atomic::{AtomicI64, Ordering};
@@ -60,7 +61,8 @@ fn latest_key(start_ms: i64) -> Vec<u8> {
 }
 
 /// Generations a retention window spans: a lookup asks about this many and one more (the one
-/// filling), and an answer stays on disk for about the window and a quarter.
+/// filling; answers decided out of order can add small ones in between), and an answer stays on
+/// disk for about the window and a quarter.
 pub(crate) const PER_WINDOW: i64 = 4;
 
 /// The generation length before [`Generations::retain`] says otherwise: a quarter of the
@@ -71,26 +73,36 @@ const DEFAULT_LENGTH_MS: i64 = 6 * 60 * 60 * 1000;
 pub(crate) struct Generation {
     pub(crate) start_ms: i64,
     pub(crate) keyspace: fjall::Keyspace,
-    /// `i64::MIN` while it holds nothing; raised with the batch that files a later answer
-    /// ([`Generation::note_latest`]).
+    /// `i64::MIN` while it holds nothing; raised once the batch that files a later answer is
+    /// committed ([`Generation::write_latest`], [`Generation::committed`]).
     latest_ms: AtomicI64,
 }
 
 impl Generation {
-    /// Raises the latest decision time to `at_ms` in `writes` (and here) if it is later.
-    pub(crate) fn note_latest(
+    /// Adds the latest decision time `at_ms` to `writes` if it is later than the one kept;
+    /// answers whether it did. [`Generation::committed`] raises the one kept once the batch is
+    /// committed (never before: a batch that fails must not leave memory ahead of `meta`).
+    pub(crate) fn write_latest(
         &self,
         meta: &fjall::Keyspace,
         writes: &mut fjall::OwnedWriteBatch,
         at_ms: i64,
-    ) {
-        if at_ms > self.latest_ms.fetch_max(at_ms, Ordering::Relaxed) {
+    ) -> bool {
+        let later = at_ms > self.latest_ms.load(Ordering::Relaxed);
+        if later {
             writes.insert(
                 meta,
                 latest_key(self.start_ms),
                 at_ms.to_be_bytes().to_vec(),
             );
         }
+        later
+    }
+
+    /// The batch that wrote `at_ms` as the latest time ([`Generation::write_latest`]) is
+    /// committed.
+    pub(crate) fn committed(&self, at_ms: i64) {
+        self.latest_ms.fetch_max(at_ms, Ordering::Relaxed);
     }
 }
 
@@ -288,15 +300,17 @@ impl Generations {
                     keyspace,
                     latest_ms: AtomicI64::new(i64::MIN),
                 });
+                let mut predecessor = None;
                 self.change(|list| {
                     let at = list.partition_point(|g| g.start_ms <= at_ms);
+                    predecessor = at.checked_sub(1).and_then(|p| list.get(p)).cloned();
                     list.insert(at, generation.clone());
                 });
                 tracing::debug!(start_ms = at_ms, "a new generation of idempotency answers");
-                // The one filled so far takes only stragglers from now on: sealed, its memtable
-                // is flushed now instead of lingering (and counting against the store's write
-                // buffer) until the generation is dropped.
-                if let Some(previous) = self.filling_slot().as_ref() {
+                // The generation before it now ends where it starts and takes only stragglers:
+                // sealed, its memtable is flushed now instead of lingering (and counting against
+                // the store's write buffer) until the generation is dropped.
+                if let Some(previous) = predecessor {
                     if previous.keyspace.tree.active_memtable().size() > 0 {
                         previous.keyspace.rotate_memtable()?;
                     }
@@ -320,23 +334,16 @@ impl Generations {
         meta: &fjall::Keyspace,
         cutoff_ms: i64,
     ) -> Result<usize, StoreError> {
-        let expired = |g: &Arc<Generation>| g.latest_ms.load(Ordering::Relaxed) < cutoff_ms;
-        let dropped: Vec<Arc<Generation>> =
-            self.list().iter().filter(|g| expired(g)).cloned().collect();
-        if dropped.is_empty() {
-            return Ok(0);
-        }
-        self.change(|list| list.retain(|g| !expired(g)));
-        {
-            let mut filling = self.filling_slot();
-            if filling.as_ref().is_some_and(expired) {
-                *filling = None;
-            }
-        }
-        for generation in &dropped {
+        let expired: Vec<Arc<Generation>> = self
+            .list()
+            .iter()
+            .filter(|g| g.latest_ms.load(Ordering::Relaxed) < cutoff_ms)
+            .cloned()
+            .collect();
+        for generation in &expired {
             tracing::debug!(
                 start_ms = generation.start_ms,
-                "dropped an expired generation of idempotency answers"
+                "dropping an expired generation of idempotency answers"
             );
             // What its memtables hold is flushed first: fjall counts memtable bytes against
             // the write buffer until a flush frees them, and a deleted keyspace is never
@@ -345,14 +352,23 @@ impl Generations {
                 &[&generation.keyspace],
                 "before dropping a generation of idempotency answers",
             )?;
-            // A lookup that took the list before the change may still read the keyspace: fjall
-            // removes the files once the last handle is gone. The latest time goes after the
-            // keyspace (a crash between the two leaves a time without a keyspace, removed at
-            // open, never a keyspace without its time).
+            // A lookup that took the list before the change below may still read the keyspace:
+            // fjall removes the files once the last handle is gone. The generation leaves the
+            // list once deleted (a drop that fails part-way leaves the rest listed, to be
+            // dropped by the next purge), and its latest time after that (a crash between the
+            // two leaves a time without a keyspace, removed at open, never a keyspace without
+            // its time).
             db.delete_keyspace(generation.keyspace.clone())?;
+            self.change(|list| list.retain(|g| !Arc::ptr_eq(g, generation)));
+            {
+                let mut filling = self.filling_slot();
+                if filling.as_ref().is_some_and(|g| Arc::ptr_eq(g, generation)) {
+                    *filling = None;
+                }
+            }
             meta.remove(latest_key(generation.start_ms))?;
         }
-        Ok(dropped.len())
+        Ok(expired.len())
     }
 
     /// The latest decision time of any kept generation, when it lies after `cutoff_ms`: it
@@ -373,14 +389,14 @@ impl Generations {
     }
 }
 
-/// The generation of `list` that holds `at_ms`: the last one starting at or before it (or the
-/// oldest, for a time before every start), up to [`Generations::length_ms`] past its start and
-/// never past the next one's start. `None` when that range does not reach `at_ms`: a new
+/// The generation of `list` that holds `at_ms`: the last one starting at or before it, up to
+/// [`Generations::length_ms`] past its start and never past the next one's start. `None` when
+/// none does (the time is before every start, or past the range of the one before it): a new
 /// generation starts there.
 fn holding(list: &[Arc<Generation>], at_ms: i64, length_ms: i64) -> Option<Target> {
     let index = list
         .partition_point(|g| g.start_ms <= at_ms)
-        .saturating_sub(1);
+        .checked_sub(1)?;
     let generation = list.get(index)?;
     let mut until_ms = generation.start_ms.saturating_add(length_ms);
     if let Some(next) = list.get(index + 1) {
@@ -389,14 +405,9 @@ fn holding(list: &[Arc<Generation>], at_ms: i64, length_ms: i64) -> Option<Targe
     if at_ms >= until_ms {
         return None;
     }
-    let from_ms = if index == 0 {
-        i64::MIN
-    } else {
-        generation.start_ms
-    };
     Some(Target {
         generation: generation.clone(),
-        from_ms,
+        from_ms: generation.start_ms,
         until_ms,
     })
 }
@@ -440,8 +451,9 @@ mod tests {
             let target = generations.target(&self.db, options, at).unwrap().unwrap();
             assert!(target.holds(at));
             let mut writes = self.db.batch();
-            target.generation.note_latest(&self.meta, &mut writes, at);
+            target.generation.write_latest(&self.meta, &mut writes, at);
             writes.commit().unwrap();
+            target.generation.committed(at);
             target
         }
 
@@ -476,21 +488,23 @@ mod tests {
             "a gap between two generations starts its own"
         );
         assert_eq!(generations.starts(), vec![1_000, 1_120, 1_130]);
+        let early = f.file(&generations, 900);
         assert!(
-            f.file(&generations, 900).holds(900),
-            "the oldest holds what came before"
+            early.holds(999) && !early.holds(1_000),
+            "a time before every start starts its own, up to the next"
         );
         f.file(&generations, 1_400);
-        assert_eq!(generations.starts(), vec![1_000, 1_120, 1_130, 1_400]);
-        assert_eq!(f.starts_on_disk(), vec![1_000, 1_120, 1_130, 1_400]);
+        let all = vec![900, 1_000, 1_120, 1_130, 1_400];
+        assert_eq!(generations.starts(), all);
+        assert_eq!(f.starts_on_disk(), all);
 
         // Reopened, the same generations are found and chosen.
         drop(generations);
         let generations = f.open();
-        assert_eq!(generations.starts(), vec![1_000, 1_120, 1_130, 1_400]);
+        assert_eq!(generations.starts(), all);
         let target = generations.target(&f.db, options, 1_200).unwrap().unwrap();
         assert!(target.holds(1_130) && target.holds(1_229) && !target.holds(1_230));
-        assert_eq!(generations.starts(), vec![1_000, 1_120, 1_130, 1_400]);
+        assert_eq!(generations.starts(), all);
     }
 
     /// A generation is dropped once the latest answer it holds is outside the window, also the
@@ -570,6 +584,11 @@ mod tests {
         assert_eq!(generations.drop_expired(&f.db, &f.meta, 1_200).unwrap(), 2);
         assert_eq!(generations.starts(), vec![1_250, 50_000]);
         assert_eq!(generations.held_back_by(1_300), Some(50_000));
+        // Once it is the oldest, it still takes nothing before its start.
+        assert_eq!(generations.drop_expired(&f.db, &f.meta, 1_300).unwrap(), 1);
+        assert_eq!(generations.starts(), vec![50_000]);
+        assert!(!f.file(&generations, 1_400).holds(50_000));
+        assert_eq!(generations.starts(), vec![1_400, 50_000]);
     }
 
     /// Dropping a generation whose memtable still holds answers flushes them first: fjall
