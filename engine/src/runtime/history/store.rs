@@ -333,7 +333,7 @@ pub(crate) fn keyspace_options(name: &str) -> fjall::KeyspaceCreateOptions {
     // filters by default, decided when it writes a table (a merge out of L0 counts
     // as L1 wherever the base level sits), and a table keeps it when compaction
     // moves it down a level without rewriting it, which is how most tables of the
-    // epoch-first keyspaces (and every table of `answers_by_lsn`) reach the deeper
+    // epoch-first keyspaces (and every table of the old `answers_by_lsn`) reach the deeper
     // levels: the pinned indexes grew with every table ever written, 2 MiB a minute
     // under the soak, without bound (BENCHMARKS.md, "What the store holds in
     // memory"). Kept with the keyspace when it is created.
@@ -405,8 +405,8 @@ pub struct HistoryStore {
     /// `None` once closed: the files are released even while stray handles live on (a restarted
     /// engine in the same process opens them again at once).
     open: std::sync::RwLock<Option<Open>>,
-    /// The last index keys the purge removed (read from `meta` on the first purge): the next
-    /// purge starts after them ([`HistoryStore::purge_answers_before`]).
+    /// Where the purge of each older answer layout resumes (read from `meta` on the first
+    /// purge), and where the last purge was held back ([`HistoryStore::purge_answers_before`]).
     pub(crate) purged_to: std::sync::Mutex<super::answers::PurgedTo>,
     /// Time the indexer waited for fjall's flushes ([`HistoryStore::rotate_full_memtables`]),
     /// in nanoseconds: while it waits, the log waits on it.
