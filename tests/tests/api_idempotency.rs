@@ -67,6 +67,19 @@ fn assert_replay_of(response: &Response, first: &Response) {
     );
 }
 
+/// Each retry (key, first answer, body) posted to `path` again replays its first answer.
+fn assert_all_replay(
+    server: &Server,
+    path: &str,
+    token: &str,
+    retries: &[(&String, &Response, &str)],
+) {
+    for (key, first, body) in retries {
+        let again = server.post_idempotent(path, token, key, body);
+        assert_replay_of(&again, first);
+    }
+}
+
 #[test]
 fn same_key_and_body_replays_the_first_answer_and_moves_money_once() {
     let f = fixture();
@@ -296,13 +309,15 @@ fn replays_survive_a_graceful_restart_and_a_crash() {
     assert_fresh(&crash, 200);
     server.kill_hard();
     server.restart();
-    for (key, first, body) in [
-        (&crash_key, &crash, r#"{"amount": 3}"#),
-        (&graceful_key, &graceful, r#"{"amount": 7}"#),
-    ] {
-        let again = server.post_idempotent(&path, &operator.token, key, body);
-        assert_replay_of(&again, first);
-    }
+    assert_all_replay(
+        &server,
+        &path,
+        &operator.token,
+        &[
+            (&crash_key, &crash, r#"{"amount": 3}"#),
+            (&graceful_key, &graceful, r#"{"amount": 7}"#),
+        ],
+    );
     assert_eq!(
         balance(&server, &customer.token, customer.wallet_id),
         "10.00"
@@ -377,14 +392,16 @@ fn answers_expire_by_generation_and_survive_a_crash_after_a_drop() {
         "the restart took so long that the second answer may have expired too: {:?}",
         started.elapsed()
     );
-    for (key, first, body) in [
-        (&second_key, &second, r#"{"amount": 2}"#),
-        (&third_key, &third, r#"{"amount": 3}"#),
-        (&first_key, &rerun, r#"{"amount": 1}"#),
-    ] {
-        let again = server.post_idempotent(&path, &operator.token, key, body);
-        assert_replay_of(&again, first);
-    }
+    assert_all_replay(
+        &server,
+        &path,
+        &operator.token,
+        &[
+            (&second_key, &second, r#"{"amount": 2}"#),
+            (&third_key, &third, r#"{"amount": 3}"#),
+            (&first_key, &rerun, r#"{"amount": 1}"#),
+        ],
+    );
     assert_eq!(
         balance(&server, &customer.token, customer.wallet_id),
         "7.00"
