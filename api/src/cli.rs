@@ -175,6 +175,11 @@ pub struct ServeArgs {
     /// `h` or `d` (e.g. `24h`, `90m`). A retry after it runs as a new request.
     #[arg(long, env = "WALLETD_IDEMPOTENCY_RETENTION", default_value = "24h", value_parser = parse_retention)]
     pub idempotency_retention: std::time::Duration,
+    /// How long a token from a login stays valid: a number with `s`, `m` or `h`, from 1m to 1h
+    /// (tokens are checked to live at most an hour). Shorter limits what a leaked token can do;
+    /// clients log in again before `expires_in` passes.
+    #[arg(long, env = "WALLETD_TOKEN_TTL", default_value = "1h", value_parser = parse_token_ttl)]
+    pub token_ttl: std::time::Duration,
     /// At most this many commands a shard decided back to back share one WAL record, appended
     /// once the shard's queue is drained; 1 logs every command alone.
     #[arg(long, env = "WALLETD_COALESCE_MAX", default_value_t = engine::runtime::config::COALESCE_MAX_DEFAULT, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1024))]
@@ -197,6 +202,27 @@ const SEGMENT_BYTES_MIN: u64 = 64 << 10;
 
 /// `24h`, `90m`, `3600s`, `7d`: at least a second, at most 400 days.
 fn parse_retention(text: &str) -> Result<std::time::Duration, String> {
+    parse_duration(text, 1, 400 * 86_400, "1s..=400d")
+}
+
+/// `1h`, `15m`, `300s`: at least a minute, at most [`crate::auth::token::LIFETIME_MAX_SECS`].
+fn parse_token_ttl(text: &str) -> Result<std::time::Duration, String> {
+    parse_duration(
+        text,
+        60,
+        crate::auth::token::LIFETIME_MAX_SECS.unsigned_abs(),
+        "1m..=1h",
+    )
+}
+
+/// A whole number and a unit (`s`, `m`, `h`, `d`), from `min` to `max` seconds (`range` names
+/// them in the error).
+fn parse_duration(
+    text: &str,
+    min: u64,
+    max: u64,
+    range: &str,
+) -> Result<std::time::Duration, String> {
     let split = text
         .find(|c: char| !c.is_ascii_digit())
         .ok_or_else(|| format!("`{text}` needs a unit: s, m, h or d (e.g. 24h)"))?;
@@ -216,8 +242,8 @@ fn parse_retention(text: &str) -> Result<std::time::Duration, String> {
         }
     };
     let seconds = number.saturating_mul(seconds_per);
-    if !(1..=400 * 86_400).contains(&seconds) {
-        return Err(format!("`{text}` is outside 1s..=400d"));
+    if !(min..=max).contains(&seconds) {
+        return Err(format!("`{text}` is outside {range}"));
     }
     Ok(std::time::Duration::from_secs(seconds))
 }
@@ -557,6 +583,9 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         )
         .map_err(anyhow::Error::msg)?;
         app.fees = fees;
+        // At most LIFETIME_MAX_SECS (3,600): parse_token_ttl bounds it.
+        app.token_ttl_secs = i64::try_from(args.token_ttl.as_secs())
+            .unwrap_or(crate::auth::token::LIFETIME_MAX_SECS);
         app.webhook_secret = webhook_secret;
         app.connections_per_address = args.connections_per_address.max(1);
         app.body_read_timeout = std::time::Duration::from_millis(args.body_read_timeout_ms.max(1));
@@ -1025,6 +1054,17 @@ mod tests {
             "", "24", "h", "0s", "401d", "1.5h", "-1h", "24 h", "24hours",
         ] {
             assert!(parse_retention(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn a_token_lifetime_is_a_minute_to_an_hour() {
+        let secs = |text: &str| parse_token_ttl(text).map(|d| d.as_secs());
+        assert_eq!(secs("1h"), Ok(3_600));
+        assert_eq!(secs("15m"), Ok(900));
+        assert_eq!(secs("60s"), Ok(60));
+        for bad in ["59s", "61m", "2h", "1d", "0m", "15", "m"] {
+            assert!(parse_token_ttl(bad).is_err(), "{bad:?}");
         }
     }
 

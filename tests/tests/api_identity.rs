@@ -323,3 +323,53 @@ fn forged_expired_unsigned_and_garbage_tokens_are_401() {
     let basic = server().request("GET", &path, None, &[("Authorization", "Basic YTpi")], None);
     assert_unauthorized(&basic, "basic auth");
 }
+
+/// The payload of a token walletd issued, decoded (its signature is walletd's to check).
+fn claims_of(token: &str) -> Value {
+    let payload = token.split('.').nth(1).expect("a JWT has a payload");
+    let bytes = URL_SAFE_NO_PAD.decode(payload).expect("base64url payload");
+    serde_json::from_slice(&bytes).expect("JSON claims")
+}
+
+/// `--token-ttl` (`WALLETD_TOKEN_TTL`) sets the lifetime of every token a login issues, and
+/// `expires_in` says it; a lifetime outside 1m..=1h refuses start with a message naming the
+/// range (tokens are checked to live at most an hour, so a longer one would be refused by walletd
+/// itself).
+#[test]
+fn the_token_lifetime_is_configurable_within_an_hour() {
+    let mut server = Server::start_with(walletd_tests::server::Options {
+        env: vec![("WALLETD_TOKEN_TTL", "2m".into())],
+        ..Default::default()
+    });
+    let customer = server.register_customer();
+    let login = json!({"phone": customer.phone, "password": PASSWORD});
+    let body = server.post_expect("/v1/auth/customer/login", None, &login.to_string(), 200);
+    assert_eq!(body["data"]["expires_in"], json!(120), "{body}");
+    for token in [
+        customer.token.as_str(),
+        body["data"]["token"].as_str().expect("token"),
+    ] {
+        let claims = claims_of(token);
+        let lifetime = claims["exp"].as_i64().expect("exp") - claims["iat"].as_i64().expect("iat");
+        assert_eq!(lifetime, 120, "{claims}");
+        let wallet = format!("/v1/wallets/{}", customer.wallet_id);
+        assert_eq!(server.get(&wallet, Some(token)).status, 200);
+    }
+
+    server.stop();
+    for (ttl, says) in [
+        ("2h", "1m..=1h"),
+        ("59s", "1m..=1h"),
+        ("15", "needs a unit"),
+    ] {
+        let mut command = server.serve_command();
+        command.env("WALLETD_TOKEN_TTL", ttl);
+        let output = Server::run_to_exit(&mut command, std::time::Duration::from_secs(30));
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success(), "{ttl}: {:?}", output.status);
+        assert!(
+            stderr.contains("token-ttl") && stderr.contains(says),
+            "{ttl}: {stderr}"
+        );
+    }
+}
