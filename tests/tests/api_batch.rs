@@ -1,7 +1,7 @@
 //! `POST /v1/transfers/batch` over HTTP (issue 15): mixed success and failure, atomic rollback,
 //! cross-shard items on 4 shards (atomic too), replay under an Idempotency-Key (an atomic batch
-//! across shards too), bodies refused whole, and a SIGKILL in the middle of batch traffic
-//! followed by the crash drill's audit.
+//! across shards too), bodies refused whole, a SIGKILL in the middle of batch traffic followed
+//! by the crash drill's audit, and keyed batches cut by a SIGKILL retried to a final answer.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -140,6 +140,37 @@ fn atomic_batch_posts_all_or_nothing() {
         );
         assert_eq!(report["data"]["valid"], Value::Bool(true), "{report}");
     }
+}
+
+/// Once `enough()` holds, SIGKILLs the server in the middle of the load, stops and joins the
+/// threads sending it, and restarts the server on its data dir.
+fn kill_mid_load(
+    server: &mut Server,
+    enough: impl Fn() -> bool,
+    stop: &AtomicBool,
+    threads: Vec<std::thread::JoinHandle<()>>,
+) {
+    while !enough() {
+        std::thread::yield_now();
+    }
+    server.kill_hard();
+    stop.store(true, Ordering::Relaxed);
+    for thread in threads {
+        thread.join().unwrap();
+    }
+    server.restart();
+}
+
+/// Stops the server (exit 0), then `walletd replay --verify` must rebuild the same state from
+/// its data dir.
+fn stop_and_verify_replay(server: &mut Server) {
+    let status = server.stop();
+    assert_eq!(status.code(), Some(0));
+    let (status, stdout, stderr) = server.run_tool(&["replay", "--verify"]);
+    assert!(
+        status.success() && stdout.contains("verified"),
+        "walletd replay --verify: {status:?}\nstdout: {stdout}\nstderr: {stderr}"
+    );
 }
 
 /// Customers whose wallets live on each of `shards` shards (at least `per_shard` each).
@@ -513,15 +544,12 @@ fn sigkill_mid_batch_loses_no_acknowledged_item_and_halves_no_atomic_batch() {
         }));
     }
     // Kill once a good number of batches have been acknowledged.
-    while acked.lock().unwrap().len() < 200 {
-        std::thread::yield_now();
-    }
-    server.kill_hard();
-    stop.store(true, Ordering::Relaxed);
-    for thread in threads {
-        thread.join().unwrap();
-    }
-    server.restart();
+    kill_mid_load(
+        &mut server,
+        || acked.lock().unwrap().len() >= 200,
+        &stop,
+        threads,
+    );
     // Every acknowledged item is in its wallet's history.
     let admin = server.admin_token();
     for (wallet, uuid) in acked.lock().unwrap().iter() {
@@ -580,11 +608,164 @@ fn sigkill_mid_batch_loses_no_acknowledged_item_and_halves_no_atomic_batch() {
         );
         assert_eq!(report["data"]["valid"], Value::Bool(true), "{report}");
     }
-    let status = server.stop();
-    assert_eq!(status.code(), Some(0));
-    let (status, stdout, stderr) = server.run_tool(&["replay", "--verify"]);
-    assert!(
-        status.success() && stdout.contains("verified"),
-        "walletd replay --verify: {status:?}\nstdout: {stdout}\nstderr: {stderr}"
+    stop_and_verify_replay(&mut server);
+}
+
+/// What became of one keyed batch sent while the server was killed.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Fate {
+    /// Every item posted (answered before the kill, or by a retry after it).
+    Posted,
+    /// 409 `batch_interrupted`: the crash stopped it between its records; recovery settled its
+    /// items (an atomic one all or nothing) and no retry runs it again.
+    Interrupted,
+}
+
+/// Keyed batches cut by a SIGKILL get a final answer, and none runs twice: threads send keyed
+/// atomic batches inside shard 0 (one record each) and across two shards (a prepare record on
+/// each source shard, then credits and a close: a kill can fall between them); after the kill
+/// and a restart every batch that was sent but not answered is retried with its key and body.
+/// Each retry is answered for good (200, or 409 `batch_interrupted`; never `request_in_progress`),
+/// a second retry gets the same answer, and the money each pair of wallets moved is exactly
+/// what the batches that posted moved, give or take the interrupted ones (a batch answered
+/// before the kill and run again by its retry would show as one batch too many).
+#[test]
+fn keyed_batches_cut_by_sigkill_get_a_final_answer_and_run_once() {
+    const THREADS: usize = 4;
+    let mut server = Server::start_with(Options {
+        shards: Some(2),
+        ..Options::default()
+    });
+    let by_shard = spread(&server, 2, 4, "1000.00");
+    // Inside shard 0: p → q moves 0.30. Across shards: a (shard 0) → b (shard 1) 0.10 and
+    // c (shard 1) → d (shard 0) 0.20, both or neither.
+    let [p, q, a, d] = [0, 1, 2, 3].map(|i| by_shard[0][i].clone());
+    let [b, c] = [0, 1].map(|i| by_shard[1][i].clone());
+    let inside = json!({"atomic": true, "transfers": [
+        item(p.wallet_id, q.wallet_id, "0.10"),
+        item(p.wallet_id, q.wallet_id, "0.20"),
+    ]})
+    .to_string();
+    let across = json!({"atomic": true, "transfers": [
+        item(a.wallet_id, b.wallet_id, "0.10"),
+        item(c.wallet_id, d.wallet_id, "0.20"),
+    ]})
+    .to_string();
+    let admin_token = server.admin_token();
+    let wallets = [&p, &q, &a, &b, &c, &d];
+    let initial: Decimal = wallets.iter().map(|w| balance(&server, w.wallet_id)).sum();
+    // (key, inside shard 0?) of every batch sent, and the keys answered 200 before the kill.
+    let sent = Arc::new(Mutex::new(Vec::<(String, bool)>::new()));
+    let answered = Arc::new(Mutex::new(Vec::<String>::new()));
+    let stop = Arc::new(AtomicBool::new(false));
+    let address = server.address();
+    let mut threads = Vec::new();
+    for thread in 0..THREADS {
+        let (sent, answered, stop) = (sent.clone(), answered.clone(), stop.clone());
+        let (inside, across) = (inside.clone(), across.clone());
+        let authorization = format!("Bearer {admin_token}");
+        threads.push(std::thread::spawn(move || {
+            for round in 0usize.. {
+                if stop.load(Ordering::Relaxed) {
+                    return;
+                }
+                let in_shard = round % 4 == 0;
+                let key = format!("cut-{thread}-{round}");
+                sent.lock().unwrap().push((key.clone(), in_shard));
+                let body = if in_shard { &inside } else { &across };
+                let response = walletd_tests::http::send(
+                    address,
+                    "POST",
+                    BATCH,
+                    &[("Authorization", &authorization), ("Idempotency-Key", &key)],
+                    Some(body.as_bytes()),
+                );
+                match response {
+                    Ok(response) => {
+                        assert_eq!(response.status, 200, "{key}: {}", response.text());
+                        answered.lock().unwrap().push(key);
+                    }
+                    Err(_) => return,
+                }
+            }
+        }));
+    }
+    kill_mid_load(
+        &mut server,
+        || answered.lock().unwrap().len() >= 120,
+        &stop,
+        threads,
     );
+
+    let admin_token = server.admin_token();
+    let answered = answered.lock().unwrap().clone();
+    let mut fates: Vec<(bool, Fate)> = Vec::new();
+    let mut retried = 0;
+    for (key, in_shard) in sent.lock().unwrap().iter() {
+        if answered.contains(key) {
+            fates.push((*in_shard, Fate::Posted));
+            continue;
+        }
+        retried += 1;
+        let body = if *in_shard { &inside } else { &across };
+        let first = server.post_idempotent(BATCH, &admin_token, key, body);
+        let fate = match first.status {
+            200 => {
+                assert_eq!(codes(&first.json()), ["ok", "ok"], "{key}");
+                Fate::Posted
+            }
+            409 => {
+                let code = first.json()["error"]["code"].clone();
+                assert_eq!(code, json!("batch_interrupted"), "{key}: {}", first.text());
+                Fate::Interrupted
+            }
+            other => panic!(
+                "{key}: a retry after the crash answered {other}: {}",
+                first.text()
+            ),
+        };
+        let again = server.post_idempotent(BATCH, &admin_token, key, body);
+        assert_eq!(again.status, first.status, "{key}: {}", again.text());
+        if first.status == 200 {
+            assert_eq!(
+                again.body, first.body,
+                "{key}: the second retry replays the first"
+            );
+        }
+        fates.push((*in_shard, fate));
+    }
+    assert!(retried > 0, "the kill cut no batch: nothing was retried");
+
+    let count = |in_shard: bool, fate: Fate| {
+        let n = fates.iter().filter(|f| **f == (in_shard, fate)).count();
+        Decimal::from(n as u64)
+    };
+    // Every wallet started with 1000.00 and takes part in one kind of batch only.
+    let change = |customer: &Customer| balance(&server, customer.wallet_id) - dec("1000.00");
+    let inside_runs = -change(&p) / dec("0.30");
+    let across_runs = -change(&a) / dec("0.10");
+    assert!(
+        inside_runs.fract().is_zero() && across_runs.fract().is_zero(),
+        "a batch was half applied: {inside_runs} inside, {across_runs} across"
+    );
+    assert_eq!(change(&q), inside_runs * dec("0.30"));
+    assert_eq!(change(&b), across_runs * dec("0.10"));
+    for (wallet, what) in [(&c, "sent"), (&d, "received")] {
+        assert_eq!(
+            change(wallet).abs(),
+            across_runs * dec("0.20"),
+            "an atomic batch across shards was half applied: c→d {what} another amount than a→b"
+        );
+    }
+    for (in_shard, runs) in [(true, inside_runs), (false, across_runs)] {
+        let posted = count(in_shard, Fate::Posted);
+        let interrupted = count(in_shard, Fate::Interrupted);
+        assert!(
+            posted <= runs && runs <= posted + interrupted,
+            "inside shard 0: {in_shard}; {runs} ran, {posted} posted, {interrupted} interrupted"
+        );
+    }
+    let after: Decimal = wallets.iter().map(|w| balance(&server, w.wallet_id)).sum();
+    assert_eq!(after, initial, "money was created or destroyed");
+    stop_and_verify_replay(&mut server);
 }
