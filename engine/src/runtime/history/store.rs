@@ -527,7 +527,9 @@ impl HistoryStore {
     /// worker spent the most on, by the bytes of tables each wrote in a soak (the random-keyed
     /// ones first: each of their compactions overlaps a whole level). The uuid indexes were
     /// among them until sealed uuids stopped their growth (`values::sealed`).
-    const COMPACTED: usize = 5;
+    /// The sixth step settles the generations of idempotency answers that take no more
+    /// ([`super::answers::generations::Generations::settle_step`]).
+    const COMPACTED: usize = 6;
 
     /// One step of the second compactor: asks the compaction strategy of keyspace `which` (of
     /// [`Self::COMPACTED`]) for work and does it on this thread; answers whether it did any (a
@@ -548,7 +550,8 @@ impl HistoryStore {
                 1 => &open.entries,
                 2 => &open.payments,
                 3 => &open.transactions,
-                _ => &open.entry_times,
+                4 => &open.entry_times,
+                _ => return open.generations.settle_step(),
             };
             let started = std::time::Instant::now();
             keyspace
