@@ -391,12 +391,13 @@ impl Generations {
             .filter(|latest| *latest > cutoff_ms)
     }
 
-    /// One step of settling a generation that takes no more answers (every one but the newest
-    /// and the one filling): if its memtables are flushed and level 0 still holds tables, merges
-    /// them into the level below with [`settle_strategy`] (a compaction like the keyspace's
-    /// own, which runs beside fjall's and takes the tables no other compaction holds). Answers
-    /// whether level 0 of the generation it worked on shrank; `false` when none needed it or the
-    /// tables were busy (a later step tries again). Runs on the second compactor's thread.
+    /// One step of settling the generations that take no more answers (every one but the
+    /// newest and the one filling): for each whose memtables are flushed, whose level 0 holds
+    /// tables and whose deeper levels hold at most [`SETTLED_BELOW_MAX`] tables, merges level 0
+    /// into the level below with [`settle_strategy`] (a compaction like the keyspace's own,
+    /// which runs beside fjall's and takes the tables no other compaction holds). Answers
+    /// whether some level 0 shrank; `false` when none needed it or its tables were busy (a later
+    /// step tries again). Runs on the second compactor's thread.
     pub(crate) fn settle_step(&self) -> Result<bool, StoreError> {
         use fjall::AbstractTree;
         let filling = self.filling_slot().clone();
@@ -406,13 +407,21 @@ impl Generations {
             }
             let tree = &generation.keyspace.tree;
             let level_0 = tree.level_table_count(0).unwrap_or(0);
-            if level_0 == 0 || tree.active_memtable().size() > 0 || tree.sealed_memtable_count() > 0
+            let below: usize = (1..usize::from(tree.tree_config().level_count))
+                .filter_map(|level| tree.level_table_count(level))
+                .sum();
+            if level_0 == 0
+                || below > SETTLED_BELOW_MAX
+                || tree.active_memtable().size() > 0
+                || tree.sealed_memtable_count() > 0
             {
                 continue;
             }
             tree.compact(settle_strategy(), 0)
                 .map_err(|error| StoreError::Rule(format!("settling a generation: {error}")))?;
-            return Ok(tree.level_table_count(0).unwrap_or(0) < level_0);
+            if tree.level_table_count(0).unwrap_or(0) < level_0 {
+                return Ok(true);
+            }
         }
         Ok(false)
     }
@@ -424,10 +433,19 @@ impl Generations {
     }
 }
 
+/// The tables a generation may hold below level 0 to be settled: up to the keyspace's own
+/// level 1 (eight 32 MiB tables, `store::keyspace_options`). [`settle_strategy`] sizes level 1
+/// at one table, so it may first push a level 1 that exceeds that down a level (a move when the
+/// level below is empty, else a merge) before it takes level 0: bounded by this to a rewrite of
+/// ~256 MiB of keys once per generation. A larger generation (the default window's are six
+/// hours of answers) would be reshaped over gigabytes, and keeps its level 0 instead.
+const SETTLED_BELOW_MAX: usize = 8;
+
 /// The compaction [`Generations::settle_step`] runs: the generations' leveled strategy
 /// (`store::keyspace_options`: 32 MiB tables) with a level-0 threshold of one table, so any
-/// table in level 0 is merged into the level below. Only the tables it merges are rewritten,
-/// once each: a generation takes no more answers (stragglers aside) once sealed.
+/// table in level 0 is merged into the level below (see [`SETTLED_BELOW_MAX`] for what it may
+/// do first). A generation takes no more answers once sealed (stragglers aside), so each is
+/// settled about once.
 fn settle_strategy() -> Arc<fjall::compaction::Leveled> {
     Arc::new(
         fjall::compaction::Leveled::default()
@@ -584,10 +602,7 @@ mod tests {
         }
         let flushed = level_0(&first);
         assert!(flushed >= 1);
-        assert!(
-            !generations.settle_step().unwrap(),
-            "the one filling is fjall's"
-        );
+        assert!(!generations.settle_step().unwrap(), "the newest is fjall's");
         assert_eq!(level_0(&first), flushed);
 
         let second = f.file(&generations, 1_100).generation;
@@ -603,6 +618,14 @@ mod tests {
         assert_eq!(level_0(&first), flushed);
         flush(&first);
         assert_eq!(level_0(&first), flushed + 1);
+        // While a straggler makes it the generation filling, it is left alone too.
+        f.file(&generations, 1_050);
+        assert!(
+            !generations.settle_step().unwrap(),
+            "the one filling is fjall's"
+        );
+        assert_eq!(level_0(&first), flushed + 1);
+        f.file(&generations, 1_150);
         let mut steps = 0;
         while generations.settle_step().unwrap() {
             steps += 1;
