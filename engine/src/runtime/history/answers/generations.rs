@@ -34,7 +34,9 @@
 //! window (five generations) the lookups were 11.6 % of walletd's CPU, against 5.1 % with one
 //! (BENCHMARKS.md, "Sealed generations settled"). Once a generation takes no more answers and
 //! its memtables are flushed, the second compactor merges its level 0 into the level below
-//! ([`Generations::settle_step`]): from then on a miss costs one probe per level of it.
+//! ([`Generations::settle_step`]): from then on a miss costs one probe per level of it. Only a
+//! generation of up to ~256 MiB of keys is settled ([`SETTLED_BELOW_MAX`]): the default
+//! window's six-hour generations keep their level 0.
 //!
 //! **After a crash.** Where an answer goes depends only on its decision time and the
 //! generations that exist, and the indexer files in log order, so refiling the log puts every
