@@ -9,6 +9,7 @@
 //! - [`archive`]: where retired segments go when [`Options::archive_dir`] is set, and reading
 //!   the archive and the live log back as one log from LSN 1.
 //! - [`snapshot`]: snapshot files (an opaque blob tagged with the LSN it covers).
+//! - [`tap`]: the channel that hands durable records to their one consumer, bounded by bytes.
 //! - [`fs`]: the file-system seam, with a fault-injecting implementation for tests.
 //! - [`error`]: typed errors; corruption is distinct from I/O.
 //!
@@ -37,6 +38,7 @@ pub mod reader;
 pub mod record;
 pub mod recovery;
 pub mod snapshot;
+pub mod tap;
 mod writer;
 
 #[cfg(test)]

@@ -57,10 +57,11 @@ pub struct Options {
     /// only) when missing. `None`: retired segments are deleted.
     pub archive_dir: Option<PathBuf>,
     /// Where the writer hands every record once it is durable, in LSN order, batch by batch (the
-    /// payloads are moved, not copied). The channel's bound is the consumer's back-pressure: a
-    /// full channel stalls the writer, so a slow consumer slows appends instead of growing memory.
-    /// If the consumer hangs up, the log is poisoned: nothing may become durable unseen.
-    pub durable_tap: Option<crossbeam_channel::Sender<Vec<DurableRecord>>>,
+    /// payloads are moved, not copied), on a [`crate::tap::channel`]. Its byte budget is the
+    /// consumer's back-pressure: once the consumer holds that much unread, the writer waits, so a
+    /// slow consumer slows appends instead of growing memory. If the consumer hangs up, the log
+    /// is poisoned: nothing may become durable unseen.
+    pub durable_tap: Option<crate::tap::TapSender>,
 }
 
 /// A record handed to [`Options::durable_tap`] after its sync.
@@ -156,9 +157,9 @@ pub struct StatsSnapshot {
     pub records: u64,
     /// Syncs that took at least [`SLOW_SYNC`]: every append waiting on one waits that long.
     pub slow_syncs: u64,
-    /// Time the writer spent handing durable batches to a full
-    /// [`Options::durable_tap`](crate::Options::durable_tap), in nanoseconds: while it waits,
-    /// nothing new is written or synced (the consumer's back-pressure on the log).
+    /// Time the writer spent waiting for room in
+    /// [`Options::durable_tap`](crate::Options::durable_tap)'s byte budget, in nanoseconds: while
+    /// it waits, nothing new is written or synced (the consumer's back-pressure on the log).
     pub tap_wait_nanos: u64,
 }
 

@@ -882,7 +882,7 @@ fn snapshot_reserved_bytes_must_be_zero() {
 #[test]
 fn the_durable_tap_gets_every_record_in_order_after_its_sync() {
     let dir = tempfile::tempdir().unwrap();
-    let (tap, records) = crossbeam_channel::bounded(4);
+    let (tap, records) = crate::tap::channel(4 * 1024);
     let options = Options {
         durable_tap: Some(tap),
         ..small_options()
@@ -917,9 +917,87 @@ fn the_durable_tap_gets_every_record_in_order_after_its_sync() {
 }
 
 #[test]
+fn the_writer_syncs_on_while_the_tap_consumer_pauses_within_its_byte_budget() {
+    let dir = tempfile::tempdir().unwrap();
+    // Room for about 250 records of 1,000 bytes, however the writer batches them.
+    let (tap, records) = crate::tap::channel(256 * 1024);
+    let options = Options {
+        durable_tap: Some(tap),
+        ..small_options()
+    };
+    let (wal, _) = Wal::open(dir.path(), options).unwrap();
+    // The consumer reads nothing yet. Each append is waited for before the next, so each is a
+    // batch of its own: a bound of a few batches would stop the writer after a few of them.
+    for lsn in 1..=200 {
+        assert_eq!(
+            wal.append(payload(lsn, 1_000)).unwrap().wait().unwrap(),
+            lsn
+        );
+    }
+    assert_eq!(wal.durable_lsn(), 200);
+    wal.close().unwrap();
+    let mut seen = Vec::new();
+    while let Ok(batch) = records.recv() {
+        seen.extend(batch.into_iter().map(|record| record.lsn));
+    }
+    assert_eq!(
+        seen,
+        (1..=200).collect::<Vec<_>>(),
+        "every record once, in order"
+    );
+}
+
+#[test]
+fn a_tap_consumer_that_takes_nothing_stops_the_writer_once_the_budget_is_spent() {
+    let dir = tempfile::tempdir().unwrap();
+    // Room for seven records of 1,000 bytes (each is counted with 48 bytes of overhead).
+    let budget = 8 * 1024;
+    let (tap, records) = crate::tap::channel(budget);
+    let watch = tap.clone();
+    let options = Options {
+        durable_tap: Some(tap),
+        ..small_options()
+    };
+    let (wal, _) = Wal::open(dir.path(), options).unwrap();
+    // Each append is waited for, so each is a batch of its own. Record 8 is synced, but finds no
+    // room: the writer waits with it.
+    for lsn in 1..=8 {
+        assert_eq!(
+            wal.append(payload(lsn, 1_000)).unwrap().wait().unwrap(),
+            lsn
+        );
+    }
+    while watch.waiting() == 0 {
+        std::thread::yield_now();
+    }
+    assert!(watch.held_bytes() <= budget, "{}", watch.held_bytes());
+    // While it waits, nothing more is written or synced.
+    let ninth = wal.append(payload(9, 1_000)).unwrap();
+    assert_eq!(wal.durable_lsn(), 8);
+    let mut seen: Vec<u64> = records.recv().unwrap().iter().map(|r| r.lsn).collect();
+    assert_eq!(seen, vec![1]);
+    // Taking one batch makes room: record 8 is handed over and record 9 synced.
+    assert_eq!(ninth.wait().unwrap(), 9);
+    while seen.last() != Some(&9) {
+        seen.extend(records.recv().unwrap().into_iter().map(|record| record.lsn));
+    }
+    assert_eq!(
+        seen,
+        (1..=9).collect::<Vec<_>>(),
+        "every record once, in order"
+    );
+    drop(watch);
+    wal.close().unwrap();
+    assert!(
+        records.recv().is_err(),
+        "the channel closes with the writer"
+    );
+}
+
+#[test]
 fn a_tap_whose_consumer_hangs_up_poisons_the_log() {
     let dir = tempfile::tempdir().unwrap();
-    let (tap, records) = crossbeam_channel::bounded(1);
+    let (tap, records) = crate::tap::channel(1);
     let options = Options {
         durable_tap: Some(tap),
         ..small_options()

@@ -196,8 +196,10 @@ pub struct HistoryConfig {
     pub checkpoint_every: Duration,
     /// The store's page cache.
     pub cache_bytes: usize,
-    /// Batches of durable records that may wait for the indexer before the WAL writer waits.
-    pub queue_batches_max: usize,
+    /// Bytes of durable records that may wait for the indexer before the WAL writer waits
+    /// (`wal::tap`): enough for the indexer's pauses on its store's flushes and journal syncs
+    /// (up to a few hundred milliseconds, BENCHMARKS.md) not to stop the log's syncs.
+    pub queue_bytes_max: usize,
 }
 
 impl Default for HistoryConfig {
@@ -205,7 +207,7 @@ impl Default for HistoryConfig {
         HistoryConfig {
             checkpoint_every: Duration::from_secs(1),
             cache_bytes: 64 << 20,
-            queue_batches_max: 16,
+            queue_bytes_max: 16 << 20,
         }
     }
 }

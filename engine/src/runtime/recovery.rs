@@ -380,7 +380,7 @@ pub(crate) fn open(
         });
     }
     let mut replay_from = state.replay_from().min(store_covers + 1);
-    let (tap, durable_records) = crossbeam_channel::bounded(config.history.queue_batches_max);
+    let (tap, durable_records) = wal::tap::channel(config.history.queue_bytes_max);
     let mut wal_options = config.wal.clone();
     wal_options.durable_tap = Some(tap);
     let mut filing_error = None;

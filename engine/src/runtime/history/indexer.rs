@@ -1,9 +1,11 @@
 //! The indexer: one thread that files durable WAL records into the history store, in LSN order.
 //!
-//! The WAL's writer hands it every record once synced, batch by batch, over a bounded channel
-//! (`wal::Options::durable_tap`); a full channel stalls the writer, so the indexer falling behind
-//! slows appends instead of growing memory. Each batch (plus whatever else is already queued, up
-//! to [`FILE_RECORDS_MAX`]) is one store transaction with durability off; every
+//! The WAL's writer hands it every record once synced, batch by batch, over a channel bounded by
+//! bytes (`wal::tap`, [`crate::runtime::config::HistoryConfig::queue_bytes_max`]): the indexer's
+//! pauses on its store's flushes and journal syncs do not stop the log's syncs, and once the
+//! budget is spent the writer waits, so the indexer falling behind slows appends instead of
+//! growing memory. Each batch (plus whatever else is already queued, up to [`FILE_RECORDS_MAX`]
+//! records or [`FILE_BYTES_MAX`] bytes) is one store transaction with durability off; every
 //! `checkpoint_every` one commit is durable, and only then may the WAL drop segments the store
 //! covers ([`wal::Wal::set_retention_floor`]).
 //!
@@ -15,8 +17,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, RecvTimeoutError};
 use tokio::sync::watch;
+use wal::tap::{RecvTimeoutError, TapReceiver};
 
 use super::filing::{file_batch, ChainHeads, Filed};
 use super::store::{HistoryStore, StoreError};
@@ -27,6 +29,12 @@ use crate::shard::event::Event;
 
 /// Most WAL records filed in one store transaction.
 pub const FILE_RECORDS_MAX: usize = 16 * 1024;
+
+/// Bytes of log records past which the indexer stops taking queued batches into one store
+/// transaction: a group holds at most this plus one writer batch (itself at most
+/// `wal::Options::batch_bytes_max`, or one record larger than that), whatever the channel
+/// holds beside it.
+pub const FILE_BYTES_MAX: usize = 4 << 20;
 
 /// Most expired idempotency answers of a store's older layouts removed one by one per
 /// checkpoint (the current layout drops whole generations): purging keeps up with any rate the
@@ -311,7 +319,7 @@ fn decode_record(lsn: u64, payload: &[u8]) -> Result<JournalEntry, StoreError> {
 /// store error stops it.
 pub(crate) fn run(
     mut filer: Filer,
-    records: Receiver<Vec<wal::DurableRecord>>,
+    records: TapReceiver,
     progress: watch::Sender<Progress>,
     wal: wal::Wal,
     filing: Arc<super::FilingGate>,
@@ -326,16 +334,19 @@ pub(crate) fn run(
                 (!matches!(received, Err(RecvTimeoutError::Disconnected))).then(|| filing.open());
             match received {
                 Ok(batch) => {
+                    let mut bytes = 0;
                     for record in &batch {
                         filer.add(record.lsn, &record.payload)?;
+                        bytes += record.payload.len();
                     }
                     // Whatever else is already queued joins this store transaction.
-                    while let Ok(more) = records.try_recv() {
+                    while filer.pending.len() < FILE_RECORDS_MAX / 2 && bytes < FILE_BYTES_MAX {
+                        let Ok(more) = records.try_recv() else {
+                            break;
+                        };
                         for record in &more {
                             filer.add(record.lsn, &record.payload)?;
-                        }
-                        if filer.pending.len() >= FILE_RECORDS_MAX / 2 {
-                            break;
+                            bytes += record.payload.len();
                         }
                     }
                     filer.flush(false)?;
