@@ -23,6 +23,16 @@ fn open(dir: &std::path::Path, clock: Arc<SeededClock>) -> Engine {
         .0
 }
 
+/// Deposits into `wallet` and waits until the indexer has filed it.
+async fn deposit_and_file(engine: &Engine, wallet: WalletId, amount: &str) {
+    engine.execute(deposit(wallet, amount)).await.unwrap();
+    engine
+        .history()
+        .caught_up(engine.wal_last_lsn())
+        .await
+        .unwrap();
+}
+
 /// A history read of a wallet waits for the newest record that created the wallet or changed
 /// its history, and for no later one: with the indexer held back, a quiet wallet's statement is
 /// served at once, while a wallet on the same shard with an acknowledged but unfiled deposit is
@@ -157,7 +167,7 @@ async fn verify_reports_a_page_directory_that_lost_a_block() {
 /// directory and keeps the count of holds a reader derived and remembered before it, so the
 /// next hold page does not scan again. (A reader that remembers a count while the batch runs,
 /// after the batch read the shared counts, is kept by the batch storing only the kinds it
-/// counted; no hook lets a test land a read there.)
+/// counted; a reader whose scan the batch staled is the next test's.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_batch_keeps_the_count_a_reader_remembered_for_a_kind_it_did_not_file() {
     use crate::runtime::history::pages::counted;
@@ -193,16 +203,84 @@ async fn a_batch_keeps_the_count_a_reader_remembered_for_a_kind_it_did_not_file(
         "the reader's count"
     );
 
-    engine.execute(deposit(wallet, "2.00")).await.unwrap();
-    engine
-        .history()
-        .caught_up(engine.wal_last_lsn())
-        .await
-        .unwrap();
+    deposit_and_file(&engine, wallet, "2.00").await;
     assert_eq!(
         slots(&engine),
         Some([Some(2), Some(2), Some(0)]),
         "the batch's transactions and entries beside the reader's holds"
     );
+    engine.shutdown().unwrap();
+}
+
+/// A page read's count staled by a batch committed between its scan and its remember does not
+/// last: the batch stores its own count of the wallet right after its commit, and the reader's
+/// count only fills an empty slot (`pages::remember`). The test seam
+/// `pages::between_scan_and_remember` holds the read there while a deposit into the same
+/// wallet is acknowledged and filed. Were the reader's count to replace the batch's, the next
+/// page would show the stale total, and the indexer would number the wallet's later records
+/// from it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_count_staled_between_a_reads_scan_and_its_remember_does_not_last() {
+    use crate::runtime::history::pages::between_scan_and_remember;
+    const WAIT: std::time::Duration = std::time::Duration::from_secs(60);
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(SeededClock::new(37, START_MS));
+    let engine = open(dir.path(), clock.clone());
+    let wallet = customer_wallet(&engine, 1).await;
+    for _ in 0..3 {
+        engine.execute(deposit(wallet, "1.00")).await.unwrap();
+    }
+    engine.shutdown().unwrap();
+
+    // After a reopen nothing is counted: the first page read derives the count, 3.
+    let engine = open(dir.path(), clock);
+    let (reached, at_remember) = std::sync::mpsc::channel();
+    let (release, go) = std::sync::mpsc::channel::<()>();
+    engine
+        .history()
+        .store()
+        .with(|open| {
+            between_scan_and_remember::set(
+                open,
+                wallet.0,
+                Box::new(move || {
+                    reached.send(()).unwrap();
+                    go.recv_timeout(WAIT).expect("the test lets the read go on");
+                }),
+            );
+            Ok(())
+        })
+        .unwrap();
+    let reader = tokio::spawn({
+        let engine = engine.clone();
+        async move { engine.transactions_page(wallet, Page::default()).await }
+    });
+    tokio::task::spawn_blocking(move || at_remember.recv_timeout(WAIT))
+        .await
+        .unwrap()
+        .expect("the read reached the seam between its scan and its remember");
+    // The read has scanned 3 transactions and not remembered them yet: a fourth is filed.
+    deposit_and_file(&engine, wallet, "2.00").await;
+    release.send(()).unwrap();
+    let raced = reader.await.unwrap().unwrap().unwrap();
+    assert_eq!(raced.total, 3, "the read answers what it scanned");
+
+    let page = |engine: Engine| async move {
+        engine
+            .transactions_page(wallet, Page::default())
+            .await
+            .unwrap()
+            .unwrap()
+    };
+    assert_eq!(
+        page(engine.clone()).await.total,
+        4,
+        "the batch's count stands"
+    );
+    engine.execute(deposit(wallet, "3.00")).await.unwrap();
+    let last = page(engine.clone()).await;
+    assert_eq!(last.total, 5, "numbered from the batch's count");
+    assert_eq!(last.records.len(), 5);
+    assert!(engine.verify_history().await.unwrap().is_ok());
     engine.shutdown().unwrap();
 }

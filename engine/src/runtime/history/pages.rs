@@ -119,8 +119,57 @@ pub(crate) fn count_for_read(open: &Open, wallet: u64, kind: Paged) -> Result<u6
         return Ok(count);
     }
     let count = directory_count(open, wallet, kind)?;
+    #[cfg(test)]
+    between_scan_and_remember::run(open, wallet);
     remember(open, wallet, kind, count);
     Ok(count)
+}
+
+/// A test's seam between a page read's scan and its [`remember`]: there the test has a batch
+/// of the same wallet committed, the interleaving the rule of [`remember`] is about
+/// (`tests::history_reads`).
+#[cfg(test)]
+pub(crate) mod between_scan_and_remember {
+    use super::Open;
+
+    type Hook = Box<dyn FnOnce() + Send>;
+
+    /// Which read a hook is for: the open store (by address: tests run side by side in one
+    /// process, each with its own store) and the wallet.
+    type For = (usize, u64);
+
+    static HOOK: std::sync::Mutex<Option<(For, Hook)>> = std::sync::Mutex::new(None);
+
+    fn store_of(open: &Open) -> usize {
+        std::ptr::from_ref(open) as usize
+    }
+
+    /// Runs `hook` in the next page read of `wallet` in `open` that derives a count, between
+    /// its scan and its remember.
+    pub(crate) fn set(open: &Open, wallet: u64, hook: Hook) {
+        *lock() = Some(((store_of(open), wallet), hook));
+    }
+
+    pub(super) fn run(open: &Open, wallet: u64) {
+        let hook = {
+            let mut slot = lock();
+            match slot.take() {
+                Some((read, hook)) if read == (store_of(open), wallet) => Some(hook),
+                other => {
+                    *slot = other;
+                    None
+                }
+            }
+        };
+        if let Some(hook) = hook {
+            hook();
+        }
+    }
+
+    fn lock() -> std::sync::MutexGuard<'static, Option<(For, Hook)>> {
+        HOOK.lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
 }
 
 /// Stores a count a reader derived in the indexer's memory, only if its slot is empty.
@@ -132,7 +181,8 @@ pub(crate) fn count_for_read(open: &Open, wallet: u64, kind: Paged) -> Result<u6
 /// and kind, so the indexer, right after its commit and before it publishes the batch or
 /// takes the next one's counts from this memory, stores its own count for them
 /// ([`super::filing`]): a count remembered before that is overwritten, one remembered after
-/// finds the slot taken. This holds because the indexer is the only writer of the records,
+/// finds the slot taken (`tests::history_reads::a_count_staled_between_a_reads_scan_and_its_remember_does_not_last`
+/// holds a read between its scan and this call while such a batch commits). This holds because the indexer is the only writer of the records,
 /// `wallet_epochs` and the page directory while reads run (recovery's refiling, the layout
 /// upgrade and [`complete_directory`] finish before the store is served); a writer added
 /// beside it must update this memory too. After a failed commit the memory is cleared and
