@@ -197,8 +197,9 @@ pub struct HistoryConfig {
     /// The store's page cache.
     pub cache_bytes: usize,
     /// Bytes of durable records that may wait for the indexer before the WAL writer waits
-    /// (`wal::tap`): enough for the indexer's pauses on its store's flushes and journal syncs
-    /// (up to a few hundred milliseconds, BENCHMARKS.md) not to stop the log's syncs.
+    /// (`wal::tap`): ~2 s of a soak's log, enough for the indexer's brief pauses (preempted on
+    /// busy cores, or waiting on its store's journal) not to stop the log's syncs
+    /// (BENCHMARKS.md, "A channel bounded by bytes").
     pub queue_bytes_max: usize,
 }
 

@@ -2,7 +2,8 @@
 //!
 //! The WAL's writer hands it every record once synced, batch by batch, over a channel bounded by
 //! bytes (`wal::tap`, [`crate::runtime::config::HistoryConfig::queue_bytes_max`]): the indexer's
-//! pauses on its store's flushes and journal syncs do not stop the log's syncs, and once the
+//! brief pauses (preempted on busy cores, or waiting on its store's journal) do not stop the
+//! log's syncs, and once the
 //! budget is spent the writer waits, so the indexer falling behind slows appends instead of
 //! growing memory. Each batch (plus whatever else is already queued, up to [`FILE_RECORDS_MAX`]
 //! records or [`FILE_BYTES_MAX`] bytes) is one store transaction with durability off; every
