@@ -205,6 +205,11 @@ pub struct StorePage<T> {
 
 /// Memtable bytes of all keyspaces (active and sealed) past which the indexer waits for flushes.
 pub const WRITE_BUFFER_MAX_BYTES: u64 = 256 << 20;
+
+/// The table size of the keyspaces compacted with fjall's leveled strategy (the large record
+/// keyspaces and the answers' generations, [`keyspace_options`]), which settling a
+/// generation keeps ([`super::answers::generations::Generations::settle_step`]).
+pub(crate) const LEVELED_TABLE_BYTES: u64 = 32 << 20;
 /// Store journal bytes past which the indexer seals every memtable (bounds what a reopen
 /// replays of the store's own journal).
 const JOURNAL_MAX_BYTES: u64 = 96 << 20;
@@ -361,7 +366,7 @@ pub(crate) fn keyspace_options(name: &str) -> fjall::KeyspaceCreateOptions {
         options = options.compaction_strategy(std::sync::Arc::new(
             fjall::compaction::Leveled::default()
                 .with_l0_threshold(8)
-                .with_table_target_size(32 << 20),
+                .with_table_target_size(LEVELED_TABLE_BYTES),
         ));
     }
     if answers {

@@ -452,7 +452,7 @@ fn settle_strategy() -> Arc<fjall::compaction::Leveled> {
     Arc::new(
         fjall::compaction::Leveled::default()
             .with_l0_threshold(1)
-            .with_table_target_size(32 << 20),
+            .with_table_target_size(crate::runtime::history::store::LEVELED_TABLE_BYTES),
     )
 }
 
