@@ -23,7 +23,8 @@
 # and the background snapshots (snapshot_running: 1 while one is built; snapshots_written,
 # snapshots_failed and snapshot_cpu_ms: totals since walletd started), so a slow minute can
 # be told from one that paid for a snapshot; empty when a scrape failed, or for a walletd
-# that does not report them).
+# that does not report them); and the store reads made on a request's path (slow_reads: those of
+# 50 ms or more; foreground_read_ms: their time; idempotency lookups and a shard's recall).
 # A guard stops the load and walletd when RSS passes --rss-limit-mib (8192): an unbounded
 # history would otherwise take the machine down.
 #
@@ -119,9 +120,11 @@ scrape() {
         /^walletd_snapshots_total\{result="written"\} / {written = $2}
         /^walletd_snapshots_total\{result="failed"\} / {failed = $2}
         /^walletd_snapshot_cpu_seconds_total / {snap_cpu = $2 * 1000}
-        END {if (seen) printf "%d %d %d %d %d %d,%d,%d,%d,%d %s\n", n, slow, tap, mem, durable - indexed,
+        /^walletd_history_slow_foreground_reads_total / {slow_reads = $2}
+        /^walletd_history_foreground_read_seconds_total / {read_ms = $2 * 1000}
+        END {if (seen) printf "%d %d %d %d %d %d,%d,%d,%d,%d %s %d,%d\n", n, slow, tap, mem, durable - indexed,
             part["memtables"], part["block_cache"], part["pinned_filters"], part["pinned_indexes"], tables,
-            snap ? sprintf("%d,%d,%d,%d", running, written, failed, snap_cpu) : ",,,"}'
+            snap ? sprintf("%d,%d,%d,%d", running, written, failed, snap_cpu) : ",,,", slow_reads, read_ms}'
 }
 
 rss_kib() { awk '/^VmRSS:/ {print $2}' "/proc/$1/status" 2>/dev/null || echo 0; }
@@ -135,7 +138,7 @@ say "+ $LOAD --url $ADDRESS --mix $MIX --idempotency --connections $CONNECTIONS 
     >"$OUT/load.json" 2>"$OUT/load.log" &
 LOAD_PID=$!
 
-echo "t_s,rss_kib,rps,data_kib,slow_fsyncs,indexer_wait_ms,memtable_wait_ms,index_lag,store_memtables_kib,store_cache_kib,store_filters_kib,store_indexes_kib,store_tables,snapshot_running,snapshots_written,snapshots_failed,snapshot_cpu_ms" > "$OUT/soak.csv"
+echo "t_s,rss_kib,rps,data_kib,slow_fsyncs,indexer_wait_ms,memtable_wait_ms,index_lag,store_memtables_kib,store_cache_kib,store_filters_kib,store_indexes_kib,store_tables,snapshot_running,snapshots_written,snapshots_failed,snapshot_cpu_ms,slow_reads,foreground_read_ms" > "$OUT/soak.csv"
 # The load generator registers and funds its customers first: the clock starts with the load.
 for _ in $(seq 6000); do
     grep -q 'load: started' "$OUT/load.log" 2>/dev/null && break
@@ -146,6 +149,7 @@ GUARD=""
 read -r previous _ < <(scrape "$ADDRESS"; echo 0)
 waits="0,0,0,0"
 store="0,0,0,0,0"
+foreground="0,0"
 started=$(date +%s.%N)
 t=0
 while kill -0 "$LOAD_PID" 2>/dev/null && [ "$t" -lt $((DURATION + 30)) ]; do
@@ -153,17 +157,18 @@ while kill -0 "$LOAD_PID" 2>/dev/null && [ "$t" -lt $((DURATION + 30)) ]; do
     t=$((t + 1))
     now=""
     snaps=",,,"
-    if read -r now slow tap mem lag parts snapshots < <(scrape "$ADDRESS"); then
+    if read -r now slow tap mem lag parts snapshots reads < <(scrape "$ADDRESS"); then
         waits="$slow,$tap,$mem,$lag"
         store="$parts"
         snaps="$snapshots"
+        foreground="$reads"
     fi
     [ "${now:-0}" -gt 0 ] || now="$previous"
     rss="$(rss_kib "$WALLETD_PID")"
     # du fails when the store deletes a file under it; under `set -e -o pipefail` that used to
     # end the whole soak silently (and its trap stopped walletd and the load).
     data_kib="$(du -sk "$DATA" 2>/dev/null | cut -f1 || true)"
-    echo "$t,$rss,$(( ${now:-0} - ${previous:-0} )),${data_kib:-0},$waits,$store,$snaps" >> "$OUT/soak.csv"
+    echo "$t,$rss,$(( ${now:-0} - ${previous:-0} )),${data_kib:-0},$waits,$store,$snaps,$foreground" >> "$OUT/soak.csv"
     previous="${now:-$previous}"
     if [ "${rss:-0}" -gt $((RSS_LIMIT_MIB * 1024)) ]; then
         GUARD="RSS passed ${RSS_LIMIT_MIB} MiB at ${t} s: load and walletd stopped"
@@ -232,6 +237,9 @@ if "indexer_wait_ms" in rows[-1]:
           "history indexer, the indexer waited %.1f s on the store's flushes; max index lag %d records" % (
               total("slow_fsyncs"), total("indexer_wait_ms") / 1000, total("memtable_wait_ms") / 1000,
               max(int(r["index_lag"] or 0) for r in rows)))
+if rows[-1].get("slow_reads"):
+    print("soak: store reads on a request's path: %d of 50 ms or more, %.1f s in all" % (
+        int(rows[-1]["slow_reads"] or 0), int(rows[-1]["foreground_read_ms"] or 0) / 1000))
 if "store_tables" in rows[-1]:
     parts = ["store_memtables_kib", "store_cache_kib", "store_filters_kib", "store_indexes_kib"]
     def store_at(window):

@@ -70,6 +70,8 @@ pub struct LogGauges {
     pub indexed_lsn: u64,
     /// Total time the indexer waited for the store's flushes.
     pub memtable_wait: Duration,
+    /// The store reads made on a request's path (idempotency lookups, a shard's recall).
+    pub foreground_reads: engine::runtime::history::ForegroundReadStats,
     /// What the history store holds in memory (`None` when it could not be read: not served).
     pub store_memory: Option<engine::runtime::history::StoreMemory>,
     /// What the snapshots since the engine opened cost.
@@ -178,7 +180,12 @@ impl Metrics {
         let fsync_seconds = wal.sync_nanos as f64 / 1e9;
         let tap_wait_seconds = wal.tap_wait_nanos as f64 / 1e9;
         let memtable_wait_seconds = log.memtable_wait.as_secs_f64();
-        let scalars: [(&str, Kind, &str, &dyn std::fmt::Display); 10] = [
+        let foreground_read_seconds = log.foreground_reads.nanos as f64 / 1e9;
+        let slow_read_help = format!(
+            "History store reads on a request's path that took {} ms or more (each one held an HTTP worker or a shard that long).",
+            engine::runtime::history::SLOW_FOREGROUND_READ.as_millis()
+        );
+        let scalars: [(&str, Kind, &str, &dyn std::fmt::Display); 13] = [
             ("walletd_wal_fsyncs_total", Kind::Counter, "Write + fdatasync rounds of the WAL writer (group commits).", &wal.syncs),
             ("walletd_wal_fsync_seconds_total", Kind::Counter, "Time spent in fdatasync.", &fsync_seconds),
             ("walletd_wal_records_total", Kind::Counter, "Records written to the WAL (records / fsyncs = mean batch).", &wal.records),
@@ -187,6 +194,9 @@ impl Metrics {
             ("walletd_wal_indexer_wait_seconds_total", Kind::Counter, "Time the WAL writer waited to hand durable records to the history indexer (its back-pressure: nothing is written meanwhile).", &tap_wait_seconds),
             ("walletd_history_indexed_lsn", Kind::Gauge, "Newest LSN filed in the history store.", &log.indexed_lsn),
             ("walletd_history_memtable_wait_seconds_total", Kind::Counter, "Time the history indexer waited for the store to flush full memtables.", &memtable_wait_seconds),
+            ("walletd_history_foreground_reads_total", Kind::Counter, "History store reads on a request's path: idempotency lookups on the HTTP workers, a shard's recall of records that left its memory.", &log.foreground_reads.reads),
+            ("walletd_history_foreground_read_seconds_total", Kind::Counter, "Time spent in history store reads on a request's path.", &foreground_read_seconds),
+            ("walletd_history_slow_foreground_reads_total", Kind::Counter, &slow_read_help, &log.foreground_reads.slow),
             ("walletd_wal_last_lsn", Kind::Gauge, "Newest LSN appended.", &log.last_lsn),
             ("walletd_wal_durable_lsn", Kind::Gauge, "Newest durable LSN.", &log.durable_lsn),
         ];

@@ -208,6 +208,11 @@ fn unknown_paths_are_404_and_known_paths_with_another_method_are_405() {
         "walletd_wal_indexer_wait_seconds_total",
         "walletd_history_indexed_lsn",
         "walletd_history_memtable_wait_seconds_total",
+        // And the store reads a request itself waited on (idempotency lookups, a shard's
+        // recall of records that left its memory).
+        "walletd_history_foreground_reads_total",
+        "walletd_history_foreground_read_seconds_total",
+        "walletd_history_slow_foreground_reads_total",
         // And what the store holds in memory, by part, beside its tables on disk.
         "walletd_history_memory_bytes{part=\"memtables\"}",
         "walletd_history_memory_bytes{part=\"block_cache\"}",

@@ -78,6 +78,7 @@ pub fn metrics(app: &SharedApp) -> Handled {
             durable_lsn,
             indexed_lsn: history.progress().indexed_lsn,
             memtable_wait: history.store().memtable_wait(),
+            foreground_reads: history.store().foreground_reads(),
             store_memory: history.store().memory().ok(),
             snapshots: app.engine.snapshot_stats(),
         },

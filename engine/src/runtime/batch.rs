@@ -244,7 +244,7 @@ impl Engine {
         key: IdempotencyKey,
     ) -> Result<Reply, EngineError> {
         // Batches came after the canonical fingerprint: no previous release answered one.
-        let (guard, record) = match self.claim(&key, &|| None)? {
+        let (guard, record) = match self.claim(&key, &|| None).await? {
             Claimed::Answered(reply) => return Ok(reply),
             Claimed::Fresh(guard, record) => (guard, record),
         };

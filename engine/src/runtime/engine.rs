@@ -11,7 +11,7 @@ use crate::runtime::actor::{
 };
 use crate::runtime::clock::Clock;
 use crate::runtime::config::{unavailable, EngineConfig, EngineError, IdempotencyKey, Reply};
-use crate::runtime::history::{History, HistoryStore};
+use crate::runtime::history::{History, HistoryStore, StoreError, StoredAnswer};
 use crate::runtime::idempotency::{same_request, Begin, IdempotencyTable};
 use crate::runtime::journal::IdempotencyRecord;
 use crate::shard::command::{Command, CreateWallet, Outcome};
@@ -20,6 +20,7 @@ use crate::values::currency::Currency;
 use crate::values::ids::owner_shard;
 use crate::values::ids::{shard_of, WalletId};
 use actix::{Addr, ArbiterHandle};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
@@ -40,6 +41,11 @@ pub(crate) struct Inner {
     /// History on disk and the indexer that files it.
     pub(crate) history: History,
     pub(crate) store: Arc<HistoryStore>,
+    /// Whether a runtime worker is in an idempotency lookup of the store now
+    /// ([`Engine::filed_answer`]).
+    pub(crate) inline_lookup: std::sync::atomic::AtomicBool,
+    /// One turn for a lookup in the runtime's blocking pool ([`Engine::filed_answer`]).
+    pub(crate) pool_lookup: tokio::sync::Semaphore,
     pub(crate) indexer: Mutex<Option<JoinHandle<()>>>,
     /// Commands the shards logged since the engine opened (a record a shard gathered counts
     /// each of its commands, a batch each of its items): periodic snapshots are paced by it.
@@ -282,11 +288,11 @@ impl Engine {
     /// or from the store), or why the key cannot be used now. The guard releases the claim on
     /// every path on which the command leaves no record. `legacy` is the previous release's
     /// fingerprint of the request, computed only if a stored answer's differs from the canonical
-    /// one.
-    pub(crate) fn claim(
+    /// one (`Sync`: the caller's future holds it across the store's lookup, and stays `Send`).
+    pub(crate) async fn claim(
         &self,
         key: &IdempotencyKey,
-        legacy: &dyn Fn() -> Option<[u8; 32]>,
+        legacy: &(dyn Fn() -> Option<[u8; 32]> + Sync),
     ) -> Result<Claimed, EngineError> {
         let table = &self.inner.idempotency;
         let cutoff_ms = self
@@ -312,19 +318,18 @@ impl Engine {
             Begin::InFlight => return Err(EngineError::IdempotencyInFlight),
             Begin::Fresh => {}
         }
-        // Not in memory, and now claimed there: an answer filed earlier is in the store (the
-        // indexer drops an answer from memory only after filing it, so it is in one of the two).
-        let filed = self
-            .inner
-            .history
-            .store()
-            .answer(&key.caller, &key.key)
-            .map_err(|error| {
-                table.abandon(&key.caller, &key.key);
-                unavailable(error)
-            })?;
+        // Claimed in memory from here on: the guard releases the claim on every path on which
+        // the command leaves no record, a caller that stops waiting during the lookup included.
+        let guard = ClaimGuard {
+            table: Arc::clone(table),
+            caller: key.caller.clone(),
+            key: key.key.clone(),
+        };
+        // Not in memory: an answer filed earlier is in the store (the indexer drops an answer
+        // from memory only after filing it, so it is in one of the two).
+        let filed = self.filed_answer(key).await.map_err(unavailable)?;
         if let Some(filed) = filed.filter(|filed| filed.at_ms >= cutoff_ms) {
-            table.abandon(&key.caller, &key.key);
+            drop(guard);
             return if same_request(&filed.fingerprint, &key.fingerprint, legacy) {
                 Ok(Claimed::Answered(Reply {
                     response: filed.response,
@@ -334,11 +339,6 @@ impl Engine {
                 Err(EngineError::IdempotencyKeyReused)
             };
         }
-        let guard = ClaimGuard {
-            table: Arc::clone(table),
-            caller: key.caller.clone(),
-            key: key.key.clone(),
-        };
         let record = IdempotencyRecord {
             caller: key.caller.clone(),
             key: key.key.clone(),
@@ -349,6 +349,53 @@ impl Engine {
             transfer_uuid: None,
         };
         Ok(Claimed::Fresh(guard, record))
+    }
+
+    /// The answer filed in the store under `key`, expired or not, looked up so that at most
+    /// one of the caller's runtime workers waits in the store at a time.
+    ///
+    /// A lookup is a few microseconds, but fjall holds a keyspace's version lock while it syncs
+    /// the version file of a flush or compaction, and every lookup in that keyspace waits for
+    /// it: 50 to 150 ms on a busy disk. The API runs on two tokio workers; with both in such a
+    /// wait, walletd answered nothing at all, not even a health check (BENCHMARKS.md, "Both
+    /// HTTP workers in one store lock"). So one lookup at a time runs inline on its worker (no
+    /// hand-off: the common case), and a lookup that finds that one busy takes the one turn
+    /// in the runtime's blocking pool, waiting for it without a thread: still two lookups at
+    /// most at a time, as before, but a wait in the store holds one worker, never both.
+    /// Outside a tokio runtime it runs inline.
+    async fn filed_answer(&self, key: &IdempotencyKey) -> Result<Option<StoredAnswer>, StoreError> {
+        let store = &self.inner.store;
+        let inline = &self.inner.inline_lookup;
+        let runtime = tokio::runtime::Handle::try_current().ok();
+        let taken = runtime.is_none()
+            || inline
+                .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+                .is_ok();
+        if taken {
+            /// Frees the inline slot even if the lookup panics.
+            struct Release<'a>(&'a std::sync::atomic::AtomicBool);
+            impl Drop for Release<'_> {
+                fn drop(&mut self) {
+                    self.0.store(false, Ordering::Release);
+                }
+            }
+            let _release = runtime.is_some().then(|| Release(inline));
+            return store.answer(&key.caller, &key.key);
+        }
+        // One lookup in the pool at a time too: the others wait here without a thread.
+        let _turn = self
+            .inner
+            .pool_lookup
+            .acquire()
+            .await
+            .map_err(|_| StoreError::Rule("the idempotency lookups stopped".into()))?;
+        let (store, caller, name) = (Arc::clone(store), key.caller.clone(), key.key.clone());
+        let lookup = runtime
+            .ok_or_else(|| StoreError::Rule("no runtime".into()))?
+            .spawn_blocking(move || store.answer(&caller, &name));
+        lookup
+            .await
+            .map_err(|error| StoreError::Rule(format!("an idempotency lookup failed: {error}")))?
     }
 
     /// Executes a command under an idempotency key. A repeat of the same request gets the first
@@ -365,7 +412,7 @@ impl Engine {
         // `in progress` (ARCHITECTURE.md invariant 11).
         let claimed = {
             // Computed at most once, and only if a stored fingerprint is not the canonical one.
-            let digest = std::cell::OnceCell::new();
+            let digest = std::sync::OnceLock::new();
             let legacy = || {
                 *digest.get_or_init(|| {
                     key.legacy
@@ -373,7 +420,7 @@ impl Engine {
                         .map(|legacy| legacy.fingerprint(&command))
                 })
             };
-            self.claim(&key, &legacy)?
+            self.claim(&key, &legacy).await?
         };
         let (guard, record) = match claimed {
             Claimed::Answered(reply) => return Ok(reply),

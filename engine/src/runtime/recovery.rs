@@ -987,6 +987,8 @@ fn start(
             actors: Mutex::new(Some(handle)),
             history,
             store,
+            inline_lookup: std::sync::atomic::AtomicBool::new(false),
+            pool_lookup: tokio::sync::Semaphore::new(1),
             indexer: Mutex::new(Some(indexer)),
             wallet_scopes: dashmap::DashMap::new(),
             quarantined: Mutex::new(Vec::new()),

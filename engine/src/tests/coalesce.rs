@@ -82,6 +82,17 @@ fn key(name: &str) -> IdempotencyKey {
     }
 }
 
+/// Claims `key` before returning, as a request does before it sends its command: with no
+/// other lookup running, the store's lookup runs inline and the claim never waits.
+fn claim_now(engine: &Engine, key: &IdempotencyKey) -> Claimed {
+    use std::future::Future;
+    let claim = std::pin::pin!(engine.claim(key, &|| None));
+    match claim.poll(&mut std::task::Context::from_waker(std::task::Waker::noop())) {
+        std::task::Poll::Ready(claimed) => claimed.unwrap(),
+        std::task::Poll::Pending => panic!("a claim with no other lookup running waited"),
+    }
+}
+
 /// Queues `command` on shard 0 now, under `key` if given; the answer once durable.
 fn queue(
     engine: &Engine,
@@ -89,7 +100,7 @@ fn queue(
     key: Option<&IdempotencyKey>,
 ) -> impl std::future::Future<Output = Result<crate::runtime::actor::Executed, EngineError>> {
     let (guard, claim): (Option<ClaimGuard>, Option<Claim>) = match key {
-        Some(key) => match engine.claim(key, &|| None).unwrap() {
+        Some(key) => match claim_now(engine, key) {
             Claimed::Fresh(guard, record) => (
                 Some(guard),
                 Some(Claim {

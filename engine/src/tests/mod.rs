@@ -21,6 +21,7 @@ mod cross_shard;
 mod fingerprint;
 mod history_reads;
 mod holds;
+mod idempotency_lookups;
 mod journal;
 mod links_store;
 mod memory;

@@ -241,6 +241,41 @@ fn filed(open: &Open, name: &[u8]) -> Result<Option<StoredAnswer>, StoreError> {
     filed_before(open, name)
 }
 
+/// A test's seam inside [`HistoryStore::answer`]: there a test holds the lookup of one key, as
+/// a keyspace's version lock held through a slow sync would (`tests::idempotency_lookups`).
+#[cfg(test)]
+pub(crate) mod in_answer_lookup {
+    type Hook = Box<dyn FnOnce() + Send>;
+
+    /// Hooks by caller and key (tests run side by side in one process: each uses its own keys).
+    static HOOKS: std::sync::Mutex<Vec<((String, String), Hook)>> =
+        std::sync::Mutex::new(Vec::new());
+
+    /// Runs `hook` in the next lookup of (`caller`, `key`).
+    pub(crate) fn set(caller: &str, key: &str, hook: Hook) {
+        lock().push(((caller.to_owned(), key.to_owned()), hook));
+    }
+
+    pub(super) fn run(caller: &str, key: &str) {
+        let hook = {
+            let mut hooks = lock();
+            hooks
+                .iter()
+                .position(|((c, k), _)| c == caller && k == key)
+                .map(|at| hooks.swap_remove(at).1)
+        };
+        if let Some(hook) = hook {
+            hook();
+        }
+    }
+
+    fn lock() -> std::sync::MutexGuard<'static, Vec<((String, String), Hook)>> {
+        HOOKS
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
 /// What a purge removed.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Purged {
@@ -253,7 +288,11 @@ pub struct Purged {
 impl HistoryStore {
     /// The answer filed under (`caller`, `key`), expired or not.
     pub fn answer(&self, caller: &str, key: &str) -> Result<Option<StoredAnswer>, StoreError> {
-        self.with(|open| filed(open, &answer_key(caller, key)))
+        self.foreground("answer", || {
+            #[cfg(test)]
+            in_answer_lookup::run(caller, key);
+            self.with(|open| filed(open, &answer_key(caller, key)))
+        })
     }
 
     /// Sets the retention window of answers: generations run a quarter of it, and until
@@ -639,6 +678,35 @@ mod tests {
             .unwrap();
         assert_eq!(store.answer("customer:1", "k").unwrap(), None);
         assert_eq!(store.answer("customer:2", "k").unwrap(), None);
+    }
+
+    /// Idempotency lookups and a shard's recall block the thread a request runs on: each is
+    /// counted with its time, and one that takes `SLOW_FOREGROUND_READ` or more is counted slow.
+    #[test]
+    fn reads_on_a_requests_path_are_counted_and_the_slow_ones_told_apart() {
+        use crate::shard::cold::ColdHistory;
+        let dir = tempfile::tempdir().unwrap();
+        let store = HistoryStore::open(dir.path(), 1 << 20).unwrap();
+        store.retain_answers(400, 0).unwrap();
+        store.file_answers(&[answer("k", 1_000)]).unwrap();
+        let before = store.foreground_reads();
+        assert!(store.answer("customer:1", "k").unwrap().is_some());
+        assert!(store.answer("customer:1", "other").unwrap().is_none());
+        assert!(ColdHistory::payment(&store, crate::Uuid([9; 16]))
+            .unwrap()
+            .is_none());
+        let after = store.foreground_reads();
+        assert_eq!(after.reads - before.reads, 3, "two lookups and one recall");
+        assert_eq!(after.slow, before.slow, "none of them slow");
+        store.foreground("slow", || {
+            std::thread::sleep(crate::runtime::history::SLOW_FOREGROUND_READ)
+        });
+        let slow = store.foreground_reads();
+        assert_eq!((slow.reads, slow.slow), (after.reads + 1, after.slow + 1));
+        assert!(
+            slow.nanos - after.nanos
+                >= u64::try_from(crate::runtime::history::SLOW_FOREGROUND_READ.as_nanos()).unwrap()
+        );
     }
 
     fn store_answer(at_ms: i64) -> StoredAnswer {

@@ -39,7 +39,10 @@ use tokio::sync::watch;
 pub use self::answers::StoredAnswer;
 pub use self::indexer::Progress;
 pub use self::report_days::Recount;
-pub use self::store::{HistoryStore, StoreError, StoreMemory, StorePage, WalletCounts, STORE_DIR};
+pub use self::store::{
+    ForegroundReadStats, HistoryStore, StoreError, StoreMemory, StorePage, WalletCounts,
+    SLOW_FOREGROUND_READ, STORE_DIR,
+};
 use crate::runtime::config::EngineError;
 pub use crate::runtime::config::HistoryConfig;
 

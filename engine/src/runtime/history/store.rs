@@ -404,6 +404,79 @@ pub struct StoreMemory {
     pub answer_generations: u64,
 }
 
+/// A read on a request's path slower than this is logged and counted
+/// ([`ForegroundReadStats::slow`]).
+pub const SLOW_FOREGROUND_READ: std::time::Duration = std::time::Duration::from_millis(50);
+
+/// The store reads made on a request's path: the HTTP threads' idempotency lookups
+/// ([`HistoryStore::answer`]) and a shard's recall of records that left its memory
+/// (`shard::cold`). Each one blocks the thread that makes it (a runtime worker or a pool
+/// thread, or a whole shard), so their time is counted, and the slow ones are logged: at most
+/// one line a second, which counts the others (a lock held through a sync makes every lookup
+/// waiting on it slow at once).
+struct ForegroundReads {
+    reads: std::sync::atomic::AtomicU64,
+    nanos: std::sync::atomic::AtomicU64,
+    slow: std::sync::atomic::AtomicU64,
+    /// When the store opened: the clock of `warned_at_ms`.
+    opened: std::time::Instant,
+    /// When the last slow read was logged (ms since `opened`; 0: never), and `slow` then.
+    warned_at_ms: std::sync::atomic::AtomicU64,
+    warned_slow: std::sync::atomic::AtomicU64,
+}
+
+impl Default for ForegroundReads {
+    fn default() -> Self {
+        ForegroundReads {
+            reads: std::sync::atomic::AtomicU64::new(0),
+            nanos: std::sync::atomic::AtomicU64::new(0),
+            slow: std::sync::atomic::AtomicU64::new(0),
+            opened: std::time::Instant::now(),
+            warned_at_ms: std::sync::atomic::AtomicU64::new(0),
+            warned_slow: std::sync::atomic::AtomicU64::new(0),
+        }
+    }
+}
+
+impl ForegroundReads {
+    /// Counts a slow read, and logs it unless a slow read was logged less than a second ago.
+    fn slow(&self, what: &'static str, took: std::time::Duration) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let slow = self.slow.fetch_add(1, Relaxed) + 1;
+        // At least 1: 0 means "never logged".
+        let now_ms = u64::try_from(self.opened.elapsed().as_millis())
+            .unwrap_or(u64::MAX)
+            .max(1);
+        let last = self.warned_at_ms.load(Relaxed);
+        if last != 0 && now_ms.saturating_sub(last) < 1_000 {
+            return;
+        }
+        if self
+            .warned_at_ms
+            .compare_exchange(last, now_ms, Relaxed, Relaxed)
+            .is_err()
+        {
+            return;
+        }
+        let since = slow.saturating_sub(self.warned_slow.swap(slow, Relaxed));
+        tracing::warn!(
+            read = what,
+            took_ms = took.as_millis(),
+            slow_reads_since_last_warning = since,
+            "a history store read on a request's path was slow"
+        );
+    }
+}
+
+/// What the reads on a request's path cost since the store opened.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ForegroundReadStats {
+    pub reads: u64,
+    pub nanos: u64,
+    /// Reads that took [`SLOW_FOREGROUND_READ`] or more.
+    pub slow: u64,
+}
+
 /// The history store. Cheap to share: reads run beside the indexer's writes and see only what
 /// it has committed.
 pub struct HistoryStore {
@@ -416,6 +489,8 @@ pub struct HistoryStore {
     /// Time the indexer waited for fjall's flushes ([`HistoryStore::rotate_full_memtables`]),
     /// in nanoseconds: while it waits, the log waits on it.
     memtable_wait_nanos: std::sync::atomic::AtomicU64,
+    /// The reads made on a request's path ([`HistoryStore::foreground`]).
+    foreground: ForegroundReads,
 }
 
 impl std::fmt::Debug for HistoryStore {
@@ -501,6 +576,7 @@ impl HistoryStore {
             open: std::sync::RwLock::new(Some(open)),
             purged_to: std::sync::Mutex::new(super::answers::PurgedTo::default()),
             memtable_wait_nanos: std::sync::atomic::AtomicU64::new(0),
+            foreground: ForegroundReads::default(),
         })
     }
 
@@ -590,6 +666,34 @@ impl HistoryStore {
             std::sync::atomic::Ordering::Relaxed,
         );
         Ok(waited)
+    }
+
+    /// Runs `read`, a read on a request's path, timed ([`ForegroundReads`]).
+    pub(crate) fn foreground<T>(&self, what: &'static str, read: impl FnOnce() -> T) -> T {
+        use std::sync::atomic::Ordering::Relaxed;
+        let started = std::time::Instant::now();
+        let result = read();
+        let took = started.elapsed();
+        let reads = &self.foreground;
+        reads.reads.fetch_add(1, Relaxed);
+        reads
+            .nanos
+            .fetch_add(u64::try_from(took.as_nanos()).unwrap_or(u64::MAX), Relaxed);
+        if took >= SLOW_FOREGROUND_READ {
+            reads.slow(what, took);
+        }
+        result
+    }
+
+    /// The reads on a request's path since the store opened.
+    #[must_use]
+    pub fn foreground_reads(&self) -> ForegroundReadStats {
+        use std::sync::atomic::Ordering::Relaxed;
+        ForegroundReadStats {
+            reads: self.foreground.reads.load(Relaxed),
+            nanos: self.foreground.nanos.load(Relaxed),
+            slow: self.foreground.slow.load(Relaxed),
+        }
     }
 
     /// Total time the indexer has waited for the store's flushes since it opened (the
@@ -1509,25 +1613,35 @@ impl crate::commerce::view::RecordUuids for HistoryStore {
 /// The store as the shards' source of records that left memory (`shard::cold`).
 impl crate::shard::cold::ColdHistory for HistoryStore {
     fn transaction(&self, wallet: WalletId, id: TransactionId) -> ColdResult<Option<Transaction>> {
-        HistoryStore::transaction(self, wallet, id).map_err(|e| e.to_string())
+        self.foreground("transaction", || {
+            HistoryStore::transaction(self, wallet, id).map_err(|e| e.to_string())
+        })
     }
 
     fn entry(&self, wallet: WalletId, id: EntryId) -> ColdResult<Option<LedgerEntry>> {
-        HistoryStore::entry(self, wallet, id)
-            .map(|found| found.map(|(_, entry)| entry))
-            .map_err(|e| e.to_string())
+        self.foreground("entry", || {
+            HistoryStore::entry(self, wallet, id)
+                .map(|found| found.map(|(_, entry)| entry))
+                .map_err(|e| e.to_string())
+        })
     }
 
     fn hold(&self, wallet: WalletId, id: HoldId) -> ColdResult<Option<Hold>> {
-        HistoryStore::hold(self, wallet, id).map_err(|e| e.to_string())
+        self.foreground("hold", || {
+            HistoryStore::hold(self, wallet, id).map_err(|e| e.to_string())
+        })
     }
 
     fn locate_transaction(&self, uuid: Uuid) -> ColdResult<Option<(WalletId, TransactionId)>> {
-        HistoryStore::locate_transaction(self, uuid).map_err(|e| e.to_string())
+        self.foreground("locate_transaction", || {
+            HistoryStore::locate_transaction(self, uuid).map_err(|e| e.to_string())
+        })
     }
 
     fn locate_hold(&self, uuid: Uuid) -> ColdResult<Option<(WalletId, HoldId)>> {
-        HistoryStore::locate_hold(self, uuid).map_err(|e| e.to_string())
+        self.foreground("locate_hold", || {
+            HistoryStore::locate_hold(self, uuid).map_err(|e| e.to_string())
+        })
     }
 
     fn for_each_transaction(
@@ -1535,14 +1649,16 @@ impl crate::shard::cold::ColdHistory for HistoryStore {
         wallet: WalletId,
         visit: &mut dyn FnMut(&Transaction) -> bool,
     ) -> ColdResult<()> {
-        let mut going = true;
-        HistoryStore::for_each_transaction(self, wallet, &mut |transaction| {
-            if going {
-                going = visit(transaction);
-            }
+        self.foreground("for_each_transaction", || {
+            let mut going = true;
+            HistoryStore::for_each_transaction(self, wallet, &mut |transaction| {
+                if going {
+                    going = visit(transaction);
+                }
+            })
+            .map(drop)
+            .map_err(|e| e.to_string())
         })
-        .map(drop)
-        .map_err(|e| e.to_string())
     }
 
     fn for_each_transaction_within(
@@ -1551,12 +1667,16 @@ impl crate::shard::cold::ColdHistory for HistoryStore {
         range_ms: (i64, i64),
         visit: &mut dyn FnMut(&Transaction),
     ) -> ColdResult<()> {
-        HistoryStore::for_each_transaction_within(self, wallet, range_ms, visit)
-            .map_err(|e| e.to_string())
+        self.foreground("for_each_transaction_within", || {
+            HistoryStore::for_each_transaction_within(self, wallet, range_ms, visit)
+                .map_err(|e| e.to_string())
+        })
     }
 
     fn payment(&self, uuid: Uuid) -> ColdResult<Option<Payment>> {
-        HistoryStore::payment(self, uuid).map_err(|e| e.to_string())
+        self.foreground("payment", || {
+            HistoryStore::payment(self, uuid).map_err(|e| e.to_string())
+        })
     }
 
     fn for_each_payment(
@@ -1564,7 +1684,9 @@ impl crate::shard::cold::ColdHistory for HistoryStore {
         merchant: WalletId,
         visit: &mut dyn FnMut(&Payment) -> bool,
     ) -> ColdResult<()> {
-        HistoryStore::for_each_payment(self, merchant, visit).map_err(|e| e.to_string())
+        self.foreground("for_each_payment", || {
+            HistoryStore::for_each_payment(self, merchant, visit).map_err(|e| e.to_string())
+        })
     }
 
     fn for_each_completed_payment(
@@ -1573,12 +1695,16 @@ impl crate::shard::cold::ColdHistory for HistoryStore {
         to_ms: i64,
         visit: &mut dyn FnMut(&Payment) -> bool,
     ) -> ColdResult<()> {
-        HistoryStore::for_each_completed_payment(self, from_ms, to_ms, visit)
-            .map_err(|e| e.to_string())
+        self.foreground("for_each_completed_payment", || {
+            HistoryStore::for_each_completed_payment(self, from_ms, to_ms, visit)
+                .map_err(|e| e.to_string())
+        })
     }
 
     fn payout(&self, id: PayoutId) -> ColdResult<Option<Payout>> {
-        HistoryStore::payout(self, id).map_err(|e| e.to_string())
+        self.foreground("payout", || {
+            HistoryStore::payout(self, id).map_err(|e| e.to_string())
+        })
     }
 
     fn for_each_payout(
@@ -1586,7 +1712,9 @@ impl crate::shard::cold::ColdHistory for HistoryStore {
         wallet: WalletId,
         visit: &mut dyn FnMut(&Payout) -> bool,
     ) -> ColdResult<()> {
-        HistoryStore::for_each_payout(self, wallet, visit).map_err(|e| e.to_string())
+        self.foreground("for_each_payout", || {
+            HistoryStore::for_each_payout(self, wallet, visit).map_err(|e| e.to_string())
+        })
     }
 
     fn for_each_entry_after(
@@ -1595,37 +1723,51 @@ impl crate::shard::cold::ColdHistory for HistoryStore {
         after: Option<EntryId>,
         visit: &mut dyn FnMut(&Hash, &LedgerEntry) -> bool,
     ) -> ColdResult<()> {
-        HistoryStore::for_each_entry_after(self, wallet, after, &mut |(before, entry)| {
-            visit(before, entry)
+        self.foreground("for_each_entry_after", || {
+            HistoryStore::for_each_entry_after(self, wallet, after, &mut |(before, entry)| {
+                visit(before, entry)
+            })
+            .map_err(|e| e.to_string())
         })
-        .map_err(|e| e.to_string())
     }
 
     fn moved(
         &self,
         key: crate::shard::moves::MoveKey,
     ) -> ColdResult<Option<crate::shard::moves::MoveRecord>> {
-        HistoryStore::moved(self, key).map_err(|e| e.to_string())
+        self.foreground("moved", || {
+            HistoryStore::moved(self, key).map_err(|e| e.to_string())
+        })
     }
 
     fn open_charge(&self, payment_uuid: Uuid) -> ColdResult<Option<Uuid>> {
-        HistoryStore::open_charge(self, payment_uuid).map_err(|e| e.to_string())
+        self.foreground("open_charge", || {
+            HistoryStore::open_charge(self, payment_uuid).map_err(|e| e.to_string())
+        })
     }
 
     fn settlement(&self, id: SettlementId) -> ColdResult<Option<Settlement>> {
-        HistoryStore::settlement(self, id).map_err(|e| e.to_string())
+        self.foreground("settlement", || {
+            HistoryStore::settlement(self, id).map_err(|e| e.to_string())
+        })
     }
 
     fn settled_by(&self, transaction: TransactionId) -> ColdResult<Option<SettlementId>> {
-        HistoryStore::settled_by(self, transaction).map_err(|e| e.to_string())
+        self.foreground("settled_by", || {
+            HistoryStore::settled_by(self, transaction).map_err(|e| e.to_string())
+        })
     }
 
     fn payment_link(&self, uuid: Uuid) -> ColdResult<Option<PaymentLink>> {
-        HistoryStore::payment_link(self, uuid).map_err(|e| e.to_string())
+        self.foreground("payment_link", || {
+            HistoryStore::payment_link(self, uuid).map_err(|e| e.to_string())
+        })
     }
 
     fn qr(&self, uuid: Uuid) -> ColdResult<Option<QrCode>> {
-        HistoryStore::qr(self, uuid).map_err(|e| e.to_string())
+        self.foreground("qr", || {
+            HistoryStore::qr(self, uuid).map_err(|e| e.to_string())
+        })
     }
 }
 

@@ -1,0 +1,116 @@
+//! Idempotency lookups of the store, and the runtime workers they run on
+//! (`Engine::filed_answer`).
+//!
+//! fjall holds a keyspace's version lock while it syncs a flush's or a compaction's version
+//! file, and every lookup in that keyspace waits: 50 to 150 ms on a busy disk. The API has two
+//! tokio workers; when both sat in such a lookup, walletd answered nothing. The seam
+//! `answers::in_answer_lookup` holds chosen lookups the same way.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rust_decimal::Decimal;
+
+use super::runtime_hardening::{balance, deposit, wallet, DebugRenderer, START_MS};
+use crate::runtime::clock::SeededClock;
+use crate::runtime::history::answers::in_answer_lookup;
+use crate::runtime::{Engine, EngineConfig, IdempotencyKey};
+
+/// Bounds the test's running time when the behaviour is broken (a request that should be
+/// answered at once would wait for ever): it fails instead of hanging.
+const ANSWERED_WITHIN: Duration = Duration::from_secs(60);
+
+fn key(name: &str) -> IdempotencyKey {
+    IdempotencyKey {
+        caller: "customer:lookups".into(),
+        key: name.into(),
+        fingerprint: [3; 32],
+        legacy: None,
+        route: 1,
+    }
+}
+
+/// Holds the next store lookup of `name` until the returned sender is used or dropped; the
+/// receiver hears when the lookup is being held.
+fn hold_lookup(name: &str) -> (mpsc::Sender<()>, mpsc::Receiver<()>) {
+    let (entered_tx, entered_rx) = mpsc::channel();
+    let (release_tx, release_rx) = mpsc::channel::<()>();
+    in_answer_lookup::set(
+        "customer:lookups",
+        name,
+        Box::new(move || {
+            entered_tx.send(()).unwrap();
+            let _ = release_rx.recv();
+        }),
+    );
+    (release_tx, entered_rx)
+}
+
+/// Two keyed requests held in the store's lookup (one inline on a worker, one in the blocking
+/// pool) leave a worker free: a request that needs no lookup is answered meanwhile, a third
+/// keyed request waits for its turn without holding a thread, and all three keyed requests are
+/// answered once the lookups are let go.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_lookups_held_in_the_store_leave_a_worker_to_answer_others() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = EngineConfig::new(dir.path());
+    config.snapshot_every_records = 0;
+    let clock = Arc::new(SeededClock::new(11, START_MS));
+    let (engine, _) = Engine::open(config, clock, Arc::new(DebugRenderer)).unwrap();
+    let wallet_id = wallet(&engine).await;
+
+    let keyed = |name: &'static str| {
+        let engine = engine.clone();
+        tokio::spawn(async move {
+            engine
+                .execute_idempotent(deposit(wallet_id, None), key(name))
+                .await
+        })
+    };
+    // Each held lookup starts on a worker, and the next is started only once the one before
+    // is being held (in the code before, each one held its worker).
+    let (release_first, first_entered) = hold_lookup("held-1");
+    let first = keyed("held-1");
+    first_entered.recv_timeout(ANSWERED_WITHIN).unwrap();
+    let (release_second, second_entered) = hold_lookup("held-2");
+    let second = keyed("held-2");
+    second_entered.recv_timeout(ANSWERED_WITHIN).unwrap();
+    let third = keyed("waits-its-turn");
+
+    // This thread is not one of the runtime's workers: it waits here while a request with no
+    // key runs on them.
+    let (answered_tx, answered_rx) = mpsc::channel();
+    tokio::spawn({
+        let engine = engine.clone();
+        async move {
+            let _ = answered_tx.send(engine.execute(deposit(wallet_id, None)).await);
+        }
+    });
+    let answered = answered_rx.recv_timeout(ANSWERED_WITHIN);
+    // Let the held lookups go whatever happened, so that a failure does not hang the engine.
+    drop((release_first, release_second));
+    answered
+        .expect("a request with no key is answered while two lookups are held")
+        .unwrap();
+
+    let answers = [
+        ("held-1", first.await.unwrap().unwrap()),
+        ("held-2", second.await.unwrap().unwrap()),
+        ("waits-its-turn", third.await.unwrap().unwrap()),
+    ];
+    assert!(answers.iter().all(|(_, answer)| !answer.replayed));
+    assert_eq!(balance(&engine, wallet_id).await, Decimal::from(20));
+    // And each key answers its first answer again.
+    for (name, answer) in &answers {
+        let again = engine
+            .execute_idempotent(deposit(wallet_id, None), key(name))
+            .await
+            .unwrap();
+        assert!(again.replayed, "{name}");
+        assert_eq!(again.response, answer.response, "{name}");
+    }
+    assert_eq!(balance(&engine, wallet_id).await, Decimal::from(20));
+}
