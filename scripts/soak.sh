@@ -24,7 +24,8 @@
 # snapshots_failed and snapshot_cpu_ms: totals since walletd started), so a slow minute can
 # be told from one that paid for a snapshot; empty when a scrape failed, or for a walletd
 # that does not report them); and the store reads made on a request's path (slow_reads: those of
-# 50 ms or more; foreground_read_ms: their time; idempotency lookups and a shard's recall).
+# 50 ms or more; foreground_read_ms: their time; idempotency lookups and a shard's recall; 0 for
+# a walletd that does not report them).
 # A guard stops the load and walletd when RSS passes --rss-limit-mib (8192): an unbounded
 # history would otherwise take the machine down.
 #

@@ -13,7 +13,7 @@ pub async fn dispatch(app: &SharedApp, call: Call) -> Handled {
     match call.op {
         Op::GetHealth => system::health(app).await,
         Op::GetOpenApi => system::openapi(),
-        Op::GetMetrics => system::metrics(app),
+        Op::GetMetrics => system::metrics(app).await,
         Op::RegisterCustomer => identity::register_customer(app, &call).await,
         Op::LoginCustomer => identity::login_customer(app, &call).await,
         Op::LoginEmployee => identity::login_employee(app, &call).await,

@@ -68,9 +68,19 @@ pub fn openapi() -> Handled {
     ))
 }
 
-pub fn metrics(app: &SharedApp) -> Handled {
+pub async fn metrics(app: &SharedApp) -> Handled {
     let (last_lsn, durable_lsn) = app.engine.lsns();
     let history = app.engine.history();
+    // Off the runtime's workers: reading a keyspace's tables takes the lock fjall holds while it
+    // syncs a version file (tens of ms on a busy disk), and a scrape must not hold a worker that
+    // long (docs/history.md, "Where the lookup runs").
+    let store_memory = {
+        let history = history.clone();
+        tokio::task::spawn_blocking(move || history.store().memory().ok())
+            .await
+            .ok()
+            .flatten()
+    };
     let text = app.metrics.render(
         app.engine.wal_stats(),
         crate::metrics::LogGauges {
@@ -79,7 +89,7 @@ pub fn metrics(app: &SharedApp) -> Handled {
             indexed_lsn: history.progress().indexed_lsn,
             memtable_wait: history.store().memtable_wait(),
             foreground_reads: history.store().foreground_reads(),
-            store_memory: history.store().memory().ok(),
+            store_memory,
             snapshots: app.engine.snapshot_stats(),
         },
         &app.engine.queue_depths(),

@@ -45,7 +45,7 @@ pub(crate) struct Inner {
     /// ([`Engine::filed_answer`]).
     pub(crate) inline_lookup: std::sync::atomic::AtomicBool,
     /// One turn for a lookup in the runtime's blocking pool ([`Engine::filed_answer`]).
-    pub(crate) pool_lookup: tokio::sync::Semaphore,
+    pub(crate) pool_lookup: Arc<tokio::sync::Semaphore>,
     pub(crate) indexer: Mutex<Option<JoinHandle<()>>>,
     /// Commands the shards logged since the engine opened (a record a shard gathered counts
     /// each of its commands, a batch each of its items): periodic snapshots are paced by it.
@@ -382,17 +382,20 @@ impl Engine {
             let _release = runtime.is_some().then(|| Release(inline));
             return store.answer(&key.caller, &key.key);
         }
-        // One lookup in the pool at a time too: the others wait here without a thread.
-        let _turn = self
-            .inner
-            .pool_lookup
-            .acquire()
+        // One lookup in the pool at a time too: the others wait here without a thread. The
+        // turn goes with the lookup, so a caller that stops waiting does not free it while the
+        // lookup still runs.
+        let turn = Arc::clone(&self.inner.pool_lookup)
+            .acquire_owned()
             .await
             .map_err(|_| StoreError::Rule("the idempotency lookups stopped".into()))?;
         let (store, caller, name) = (Arc::clone(store), key.caller.clone(), key.key.clone());
         let lookup = runtime
             .ok_or_else(|| StoreError::Rule("no runtime".into()))?
-            .spawn_blocking(move || store.answer(&caller, &name));
+            .spawn_blocking(move || {
+                let _turn = turn;
+                store.answer(&caller, &name)
+            });
         lookup
             .await
             .map_err(|error| StoreError::Rule(format!("an idempotency lookup failed: {error}")))?

@@ -988,7 +988,7 @@ fn start(
             history,
             store,
             inline_lookup: std::sync::atomic::AtomicBool::new(false),
-            pool_lookup: tokio::sync::Semaphore::new(1),
+            pool_lookup: Arc::new(tokio::sync::Semaphore::new(1)),
             indexer: Mutex::new(Some(indexer)),
             wallet_scopes: dashmap::DashMap::new(),
             quarantined: Mutex::new(Vec::new()),

@@ -410,7 +410,7 @@ pub const SLOW_FOREGROUND_READ: std::time::Duration = std::time::Duration::from_
 
 /// The store reads made on a request's path: the HTTP threads' idempotency lookups
 /// ([`HistoryStore::answer`]) and a shard's recall of records that left its memory
-/// (`shard::cold`). Each one blocks the thread that makes it (a runtime worker or a pool
+/// (`shard::cold`; a scan's time includes the caller's visits of what it read). Each one blocks the thread that makes it (a runtime worker or a pool
 /// thread, or a whole shard), so their time is counted, and the slow ones are logged: at most
 /// one line a second, which counts the others (a lock held through a sync makes every lookup
 /// waiting on it slow at once).
@@ -458,7 +458,7 @@ impl ForegroundReads {
         {
             return;
         }
-        let since = slow.saturating_sub(self.warned_slow.swap(slow, Relaxed));
+        let since = slow.saturating_sub(self.warned_slow.fetch_max(slow, Relaxed));
         tracing::warn!(
             read = what,
             took_ms = took.as_millis(),
