@@ -410,10 +410,10 @@ pub const SLOW_FOREGROUND_READ: std::time::Duration = std::time::Duration::from_
 
 /// The store reads made on a request's path: the HTTP threads' idempotency lookups
 /// ([`HistoryStore::answer`]) and a shard's recall of records that left its memory
-/// (`shard::cold`; a scan's time includes the caller's visits of what it read). Each one blocks the thread that makes it (a runtime worker or a pool
-/// thread, or a whole shard), so their time is counted, and the slow ones are logged: at most
-/// one line a second, which counts the others (a lock held through a sync makes every lookup
-/// waiting on it slow at once).
+/// (`shard::cold`; a scan's time includes the caller's visits of what it read). Each one blocks
+/// the thread that makes it (a runtime worker or a pool thread, or a whole shard), so their
+/// time is counted, and the slow ones are logged: at most one line a second, which counts the
+/// others (a lock held through a sync makes every lookup waiting on it slow at once).
 struct ForegroundReads {
     reads: std::sync::atomic::AtomicU64,
     nanos: std::sync::atomic::AtomicU64,
@@ -683,6 +683,17 @@ impl HistoryStore {
             reads.slow(what, took);
         }
         result
+    }
+
+    /// A shard's recall of records that left its memory (`shard::cold`): timed as a read on a
+    /// request's path, its error as the shard reports it.
+    fn recall<T>(
+        &self,
+        what: &'static str,
+        read: impl FnOnce() -> Result<T, StoreError>,
+    ) -> ColdResult<T> {
+        self.foreground(what, read)
+            .map_err(|error| error.to_string())
     }
 
     /// The reads on a request's path since the store opened.
@@ -1613,35 +1624,29 @@ impl crate::commerce::view::RecordUuids for HistoryStore {
 /// The store as the shards' source of records that left memory (`shard::cold`).
 impl crate::shard::cold::ColdHistory for HistoryStore {
     fn transaction(&self, wallet: WalletId, id: TransactionId) -> ColdResult<Option<Transaction>> {
-        self.foreground("transaction", || {
-            HistoryStore::transaction(self, wallet, id).map_err(|e| e.to_string())
+        self.recall("transaction", || {
+            HistoryStore::transaction(self, wallet, id)
         })
     }
 
     fn entry(&self, wallet: WalletId, id: EntryId) -> ColdResult<Option<LedgerEntry>> {
-        self.foreground("entry", || {
-            HistoryStore::entry(self, wallet, id)
-                .map(|found| found.map(|(_, entry)| entry))
-                .map_err(|e| e.to_string())
+        self.recall("entry", || {
+            HistoryStore::entry(self, wallet, id).map(|found| found.map(|(_, entry)| entry))
         })
     }
 
     fn hold(&self, wallet: WalletId, id: HoldId) -> ColdResult<Option<Hold>> {
-        self.foreground("hold", || {
-            HistoryStore::hold(self, wallet, id).map_err(|e| e.to_string())
-        })
+        self.recall("hold", || HistoryStore::hold(self, wallet, id))
     }
 
     fn locate_transaction(&self, uuid: Uuid) -> ColdResult<Option<(WalletId, TransactionId)>> {
-        self.foreground("locate_transaction", || {
-            HistoryStore::locate_transaction(self, uuid).map_err(|e| e.to_string())
+        self.recall("locate_transaction", || {
+            HistoryStore::locate_transaction(self, uuid)
         })
     }
 
     fn locate_hold(&self, uuid: Uuid) -> ColdResult<Option<(WalletId, HoldId)>> {
-        self.foreground("locate_hold", || {
-            HistoryStore::locate_hold(self, uuid).map_err(|e| e.to_string())
-        })
+        self.recall("locate_hold", || HistoryStore::locate_hold(self, uuid))
     }
 
     fn for_each_transaction(
@@ -1649,7 +1654,7 @@ impl crate::shard::cold::ColdHistory for HistoryStore {
         wallet: WalletId,
         visit: &mut dyn FnMut(&Transaction) -> bool,
     ) -> ColdResult<()> {
-        self.foreground("for_each_transaction", || {
+        self.recall("for_each_transaction", || {
             let mut going = true;
             HistoryStore::for_each_transaction(self, wallet, &mut |transaction| {
                 if going {
@@ -1657,7 +1662,6 @@ impl crate::shard::cold::ColdHistory for HistoryStore {
                 }
             })
             .map(drop)
-            .map_err(|e| e.to_string())
         })
     }
 
@@ -1667,16 +1671,13 @@ impl crate::shard::cold::ColdHistory for HistoryStore {
         range_ms: (i64, i64),
         visit: &mut dyn FnMut(&Transaction),
     ) -> ColdResult<()> {
-        self.foreground("for_each_transaction_within", || {
+        self.recall("for_each_transaction_within", || {
             HistoryStore::for_each_transaction_within(self, wallet, range_ms, visit)
-                .map_err(|e| e.to_string())
         })
     }
 
     fn payment(&self, uuid: Uuid) -> ColdResult<Option<Payment>> {
-        self.foreground("payment", || {
-            HistoryStore::payment(self, uuid).map_err(|e| e.to_string())
-        })
+        self.recall("payment", || HistoryStore::payment(self, uuid))
     }
 
     fn for_each_payment(
@@ -1684,8 +1685,8 @@ impl crate::shard::cold::ColdHistory for HistoryStore {
         merchant: WalletId,
         visit: &mut dyn FnMut(&Payment) -> bool,
     ) -> ColdResult<()> {
-        self.foreground("for_each_payment", || {
-            HistoryStore::for_each_payment(self, merchant, visit).map_err(|e| e.to_string())
+        self.recall("for_each_payment", || {
+            HistoryStore::for_each_payment(self, merchant, visit)
         })
     }
 
@@ -1695,16 +1696,13 @@ impl crate::shard::cold::ColdHistory for HistoryStore {
         to_ms: i64,
         visit: &mut dyn FnMut(&Payment) -> bool,
     ) -> ColdResult<()> {
-        self.foreground("for_each_completed_payment", || {
+        self.recall("for_each_completed_payment", || {
             HistoryStore::for_each_completed_payment(self, from_ms, to_ms, visit)
-                .map_err(|e| e.to_string())
         })
     }
 
     fn payout(&self, id: PayoutId) -> ColdResult<Option<Payout>> {
-        self.foreground("payout", || {
-            HistoryStore::payout(self, id).map_err(|e| e.to_string())
-        })
+        self.recall("payout", || HistoryStore::payout(self, id))
     }
 
     fn for_each_payout(
@@ -1712,8 +1710,8 @@ impl crate::shard::cold::ColdHistory for HistoryStore {
         wallet: WalletId,
         visit: &mut dyn FnMut(&Payout) -> bool,
     ) -> ColdResult<()> {
-        self.foreground("for_each_payout", || {
-            HistoryStore::for_each_payout(self, wallet, visit).map_err(|e| e.to_string())
+        self.recall("for_each_payout", || {
+            HistoryStore::for_each_payout(self, wallet, visit)
         })
     }
 
@@ -1723,11 +1721,10 @@ impl crate::shard::cold::ColdHistory for HistoryStore {
         after: Option<EntryId>,
         visit: &mut dyn FnMut(&Hash, &LedgerEntry) -> bool,
     ) -> ColdResult<()> {
-        self.foreground("for_each_entry_after", || {
+        self.recall("for_each_entry_after", || {
             HistoryStore::for_each_entry_after(self, wallet, after, &mut |(before, entry)| {
                 visit(before, entry)
             })
-            .map_err(|e| e.to_string())
         })
     }
 
@@ -1735,39 +1732,29 @@ impl crate::shard::cold::ColdHistory for HistoryStore {
         &self,
         key: crate::shard::moves::MoveKey,
     ) -> ColdResult<Option<crate::shard::moves::MoveRecord>> {
-        self.foreground("moved", || {
-            HistoryStore::moved(self, key).map_err(|e| e.to_string())
-        })
+        self.recall("moved", || HistoryStore::moved(self, key))
     }
 
     fn open_charge(&self, payment_uuid: Uuid) -> ColdResult<Option<Uuid>> {
-        self.foreground("open_charge", || {
-            HistoryStore::open_charge(self, payment_uuid).map_err(|e| e.to_string())
+        self.recall("open_charge", || {
+            HistoryStore::open_charge(self, payment_uuid)
         })
     }
 
     fn settlement(&self, id: SettlementId) -> ColdResult<Option<Settlement>> {
-        self.foreground("settlement", || {
-            HistoryStore::settlement(self, id).map_err(|e| e.to_string())
-        })
+        self.recall("settlement", || HistoryStore::settlement(self, id))
     }
 
     fn settled_by(&self, transaction: TransactionId) -> ColdResult<Option<SettlementId>> {
-        self.foreground("settled_by", || {
-            HistoryStore::settled_by(self, transaction).map_err(|e| e.to_string())
-        })
+        self.recall("settled_by", || HistoryStore::settled_by(self, transaction))
     }
 
     fn payment_link(&self, uuid: Uuid) -> ColdResult<Option<PaymentLink>> {
-        self.foreground("payment_link", || {
-            HistoryStore::payment_link(self, uuid).map_err(|e| e.to_string())
-        })
+        self.recall("payment_link", || HistoryStore::payment_link(self, uuid))
     }
 
     fn qr(&self, uuid: Uuid) -> ColdResult<Option<QrCode>> {
-        self.foreground("qr", || {
-            HistoryStore::qr(self, uuid).map_err(|e| e.to_string())
-        })
+        self.recall("qr", || HistoryStore::qr(self, uuid))
     }
 }
 
