@@ -235,6 +235,8 @@ pub struct Shard {
     /// Wallets whose records changed, by the stamp of the change, oldest first: where eviction
     /// looks once the indexer has filed that command.
     pub(crate) touched: VecDeque<(u64, WalletId)>,
+    /// The wallets one eviction pass visits (kept for its capacity; empty between passes).
+    evicting: Vec<WalletId>,
     /// Cross-shard moves finished, by the stamp of the command that finished them, oldest first:
     /// they leave memory once it is filed (see `moves`).
     pub(crate) moves_touched: VecDeque<(u64, crate::shard::moves::MoveKey)>,
@@ -280,6 +282,7 @@ impl Shard {
             recall: Recall::Keep,
             stamp: 0,
             touched: VecDeque::new(),
+            evicting: Vec::new(),
             moves_touched: VecDeque::new(),
             touched_payments: Stamped::default(),
             touched_payouts: Stamped::default(),
@@ -705,13 +708,25 @@ impl Shard {
             return 0;
         }
         let mut gone = 0;
+        // Each wallet once per pass: a wallet is queued once per command that touched it, and a
+        // pass after a burst (a batch of 1,000 transfers among 100 wallets touches each ~20
+        // times) would otherwise scan the same wallet's records that often. Scanning them was
+        // 18 % of walletd's CPU under batches (BENCHMARKS.md, "Each wallet once per eviction").
+        let mut wallets = std::mem::take(&mut self.evicting);
         while let Some(&(stamp, wallet_id)) = self.touched.front() {
             if stamp > filed {
                 break;
             }
             self.touched.pop_front();
+            wallets.push(wallet_id);
+        }
+        wallets.sort_unstable();
+        wallets.dedup();
+        for &wallet_id in &wallets {
             gone += self.evict_wallet(wallet_id, filed);
         }
+        wallets.clear();
+        self.evicting = wallets;
         while let Some(uuid) = self.touched_payments.next_filed(filed) {
             gone += self.evict_payment(uuid, filed);
         }
