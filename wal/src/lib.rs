@@ -10,6 +10,7 @@
 //!   the archive and the live log back as one log from LSN 1.
 //! - [`snapshot`]: snapshot files (an opaque blob tagged with the LSN it covers).
 //! - [`tap`]: the channel that hands durable records to their one consumer, bounded by bytes.
+//! - `budget` (private): the byte budget both of the log's queues are bounded by.
 //! - [`fs`]: the file-system seam, with a fault-injecting implementation for tests.
 //! - [`error`]: typed errors; corruption is distinct from I/O.
 //!
@@ -17,7 +18,8 @@
 //! - Every appended record gets the next LSN: contiguous from 1, never reused, also across restarts.
 //! - An [`Append`] ticket resolves only after its record is written and fdatasync'ed (with the
 //!   default [`FsyncPolicy::Always`]). Many concurrent appenders share one write and one fsync.
-//! - The queue to the writer is bounded: appenders block when the disk falls behind.
+//! - The queue to the writer is bounded, in records and in bytes: appenders block when the disk
+//!   falls behind.
 //! - A failed write or fsync poisons the log: every pending and later append fails. Never retried.
 //! - A retired segment (covered by the snapshots and the retention floor) is deleted, or with
 //!   [`Options::archive_dir`] moved into the archive: durably named there before it leaves the
@@ -31,6 +33,7 @@
 #![deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
 pub mod archive;
+mod budget;
 pub mod error;
 pub mod fs;
 pub mod log;

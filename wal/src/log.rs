@@ -20,6 +20,7 @@ use std::time::Duration;
 
 use crossbeam_channel::Sender;
 
+use crate::budget::{record_cost, Budget, Room};
 use crate::error::{Error, Result};
 use crate::fs::{FileSystem, StdFs};
 use crate::record::{RecordRef, RECORD_HEADER_BYTES, SEGMENT_HEADER_BYTES};
@@ -48,6 +49,12 @@ pub struct Options {
     pub batch_bytes_max: usize,
     /// Records that may wait for the writer before appenders block (back-pressure).
     pub queue_records_max: usize,
+    /// Bytes of records (payloads, and 48 bytes each beside them) that may wait for the writer
+    /// before appenders block. With records of up to `record_bytes_max`, a bound in records
+    /// alone let the queue hold up to `queue_records_max` x `record_bytes_max` (256 GiB by
+    /// default) while the disk fell behind; this bounds what a stall can cost in memory. A
+    /// record larger than the whole budget waits until the queue is empty, then goes alone.
+    pub queue_bytes_max: usize,
     pub fsync: FsyncPolicy,
     /// Snapshots kept by [`Wal::checkpoint`]; segments wholly below the oldest kept are deleted
     /// (or archived, see `archive_dir`).
@@ -78,6 +85,7 @@ impl Default for Options {
             record_bytes_max: 4 << 20,
             batch_bytes_max: 1 << 20,
             queue_records_max: 64 * 1024,
+            queue_bytes_max: 64 << 20,
             fsync: FsyncPolicy::Always,
             snapshots_kept: 2,
             archive_dir: None,
@@ -104,9 +112,13 @@ impl Options {
                 crate::record::BATCH_BYTES_LIMIT
             )));
         }
-        if self.queue_records_max == 0 || self.batch_bytes_max == 0 || self.snapshots_kept == 0 {
+        if self.queue_records_max == 0
+            || self.queue_bytes_max == 0
+            || self.batch_bytes_max == 0
+            || self.snapshots_kept == 0
+        {
             return Err(Error::InvalidOptions(
-                "queue_records_max, batch_bytes_max and snapshots_kept must be positive".into(),
+                "queue_records_max, queue_bytes_max, batch_bytes_max and snapshots_kept must be positive".into(),
             ));
         }
         Ok(())
@@ -417,6 +429,9 @@ struct Inner {
     options: Options,
     shared: Arc<Shared>,
     submit: Mutex<Submit>,
+    /// Room in the writer's queue, in bytes ([`Options::queue_bytes_max`]): taken under
+    /// `submit`, in LSN order; the writer gives it back as it takes records off.
+    queued: Arc<Budget>,
     writer: Mutex<Option<JoinHandle<()>>>,
     /// Held while segments are retired, so two checkpoints never retire the same one.
     retiring: Mutex<()>,
@@ -592,6 +607,7 @@ impl Wal {
             notifier: Some(notify_tx),
         });
         let (tx, rx) = crossbeam_channel::bounded(options.queue_records_max);
+        let queued = Arc::new(Budget::new(options.queue_bytes_max));
         let spares =
             crate::writer::Spares::start(fs.clone(), dir.clone(), options.segment_bytes, spare)
                 .map_err(|e| Error::io("spawn the segment preallocator thread", e))?;
@@ -608,7 +624,7 @@ impl Wal {
             },
             shared: shared.clone(),
             segment,
-            rx,
+            queue: crate::writer::Queue::new(rx, queued.clone()),
             spares,
             flushed_lsn: last_lsn,
         };
@@ -634,6 +650,7 @@ impl Wal {
                 next_lsn: scan.next_lsn,
                 tx: Some(tx),
             }),
+            queued,
             writer: Mutex::new(Some(handle)),
             retiring: Mutex::new(()),
             lock_file: Mutex::new(Some(lock_file)),
@@ -665,7 +682,15 @@ impl Wal {
         let Some(tx) = submit.tx.as_ref() else {
             return Err(Error::Closed);
         };
-        if tx.send(Pending { lsn, payload }).is_err() {
+        // Room is taken in LSN order (under `submit`), and the writer gives it back as it takes
+        // records off the queue: a writer that stopped closes the budget, so this never waits
+        // for room that cannot appear.
+        let cost = record_cost(payload.len());
+        let stopped = match self.inner.queued.take_room(cost, true) {
+            Room::Taken => tx.send(Pending { lsn, payload }).is_err(),
+            Room::Full | Room::Closed => true,
+        };
+        if stopped {
             // The writer stopped: it was poisoned (it says why) or the log was closed.
             return Err(shared
                 .outcome(u64::MAX)
@@ -679,6 +704,17 @@ impl Wal {
             lsn,
             shared: shared.clone(),
         })
+    }
+
+    /// Bytes of records waiting for the writer (each counted with 48 bytes beside its payload):
+    /// at most [`Options::queue_bytes_max`], or one record larger than that alone.
+    pub fn queued_bytes(&self) -> usize {
+        self.inner.queued.held_bytes()
+    }
+
+    /// Appenders waiting for room in the writer's queue now: whether the disk holds them back.
+    pub fn appenders_waiting(&self) -> usize {
+        self.inner.queued.waiting()
     }
 
     /// LSN of the newest record appended (durable or not); 0 for an empty log.

@@ -15,29 +15,20 @@
 //! room that cannot appear. The channel is made for one sender (the writer): with several,
 //! batches could be queued in another order than they took their room.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 
 pub use crossbeam_channel::{RecvTimeoutError, TryRecvError};
 
+use crate::budget::{record_cost, Budget, Room};
 use crate::log::DurableRecord;
-
-/// Bytes a record is counted for beside its payload (its `DurableRecord` and the vector's slot).
-const RECORD_OVERHEAD_BYTES: usize = 48;
 
 /// A channel of durable batches holding at most `bytes_max` bytes of records (see the module
 /// docs): the writer's end and the consumer's.
 #[must_use]
 pub fn channel(bytes_max: usize) -> (TapSender, TapReceiver) {
     let (tx, rx) = crossbeam_channel::unbounded();
-    let budget = Arc::new(Budget {
-        bytes_max: bytes_max.max(1),
-        held: Mutex::new(0),
-        freed: Condvar::new(),
-        consumer_gone: AtomicBool::new(false),
-        waiting: AtomicUsize::new(0),
-    });
+    let budget = Arc::new(Budget::new(bytes_max));
     (
         TapSender {
             tx,
@@ -51,64 +42,8 @@ pub fn channel(bytes_max: usize) -> (TapSender, TapReceiver) {
 fn batch_bytes(records: &[DurableRecord]) -> usize {
     records
         .iter()
-        .map(|record| record.payload.len() + RECORD_OVERHEAD_BYTES)
+        .map(|record| record_cost(record.payload.len()))
         .sum()
-}
-
-#[derive(Debug)]
-struct Budget {
-    bytes_max: usize,
-    /// Bytes sent and not yet received.
-    held: Mutex<usize>,
-    freed: Condvar,
-    /// Set when the receiver is dropped: a sender waiting for room would otherwise wait forever.
-    consumer_gone: AtomicBool,
-    /// Senders waiting for room now ([`TapSender::waiting`]).
-    waiting: AtomicUsize,
-}
-
-/// What [`Budget::take_room`] found.
-enum Room {
-    Taken,
-    /// No room now (only when not waiting for it).
-    Full,
-    ConsumerGone,
-}
-
-impl Budget {
-    fn fits(&self, held: usize, bytes: usize) -> bool {
-        held == 0 || held.saturating_add(bytes) <= self.bytes_max
-    }
-
-    /// Counts `bytes` as held if they fit, waiting for the consumer to free room if `wait`.
-    fn take_room(&self, bytes: usize, wait: bool) -> Room {
-        let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
-        loop {
-            if self.consumer_gone.load(Ordering::Acquire) {
-                return Room::ConsumerGone;
-            }
-            if self.fits(*held, bytes) {
-                *held += bytes;
-                return Room::Taken;
-            }
-            if !wait {
-                return Room::Full;
-            }
-            self.waiting.fetch_add(1, Ordering::AcqRel);
-            held = self
-                .freed
-                .wait(held)
-                .unwrap_or_else(PoisonError::into_inner);
-            self.waiting.fetch_sub(1, Ordering::AcqRel);
-        }
-    }
-
-    fn release(&self, bytes: usize) {
-        let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
-        *held = held.saturating_sub(bytes);
-        drop(held);
-        self.freed.notify_all();
-    }
 }
 
 struct Batch {
@@ -146,7 +81,7 @@ impl TapSender {
             Room::Taken => self
                 .hand_over(Batch { records, bytes })
                 .map_err(Disconnected),
-            Room::Full | Room::ConsumerGone => Err(Disconnected(records)),
+            Room::Full | Room::Closed => Err(Disconnected(records)),
         }
     }
 
@@ -162,24 +97,20 @@ impl TapSender {
                 .hand_over(Batch { records, bytes })
                 .map_err(TrySendError::Disconnected),
             Room::Full => Err(TrySendError::Full(records)),
-            Room::ConsumerGone => Err(TrySendError::Disconnected(records)),
+            Room::Closed => Err(TrySendError::Disconnected(records)),
         }
     }
 
     /// Bytes sent and not yet received.
     #[must_use]
     pub fn held_bytes(&self) -> usize {
-        *self
-            .budget
-            .held
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
+        self.budget.held_bytes()
     }
 
     /// Senders waiting for room now: whether the consumer's back-pressure holds the writer.
     #[must_use]
     pub fn waiting(&self) -> usize {
-        self.budget.waiting.load(Ordering::Acquire)
+        self.budget.waiting()
     }
 
     fn hand_over(&self, batch: Batch) -> Result<(), Vec<DurableRecord>> {
@@ -234,15 +165,7 @@ impl TapReceiver {
 
 impl Drop for TapReceiver {
     fn drop(&mut self) {
-        // Under the lock, so a sender between its check and its wait cannot miss the wake-up.
-        let held = self
-            .budget
-            .held
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        self.budget.consumer_gone.store(true, Ordering::Release);
-        drop(held);
-        self.budget.freed.notify_all();
+        self.budget.close();
     }
 }
 
@@ -250,6 +173,7 @@ impl Drop for TapReceiver {
 #[allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 mod tests {
     use super::*;
+    use crate::budget::RECORD_OVERHEAD_BYTES;
 
     fn records(first_lsn: u64, count: u64, payload_bytes: usize) -> Vec<DurableRecord> {
         (first_lsn..first_lsn + count)

@@ -436,6 +436,133 @@ fn write_failure_poisons_the_log() {
     assert!(matches!(err, Error::Poisoned { .. }), "{err}");
 }
 
+/// Lets held syncs through when dropped: a test that fails while the writer is held then
+/// fails instead of hanging in the log's shutdown (declared after the log, it drops first).
+struct ReleaseSyncs(FaultyFs);
+
+impl Drop for ReleaseSyncs {
+    fn drop(&mut self) {
+        self.0.hold_segment_syncs(false);
+    }
+}
+
+/// A log on a [`FaultyFs`] whose writer's queue holds `queue_bytes_max` bytes, with record 1
+/// (1,000 bytes) taken by the writer and held in its sync.
+fn open_with_the_writer_held(
+    dir: &Path,
+    queue_bytes_max: usize,
+) -> (Wal, ReleaseSyncs, crate::Append) {
+    let fs = FaultyFs::new();
+    let options = Options {
+        queue_bytes_max,
+        ..small_options()
+    };
+    let (wal, _) = Wal::open_with(
+        Arc::new(fs.clone()),
+        dir,
+        options,
+        u64::MAX,
+        &mut |_| Ok(()),
+    )
+    .unwrap();
+    fs.hold_segment_syncs(true);
+    let first = wal.append(payload(1, 1_000)).unwrap();
+    fs.wait_for_a_held_sync();
+    (wal, ReleaseSyncs(fs), first)
+}
+
+/// Appends records `lsns` of 1,000 bytes on another thread; their outcomes come back on the
+/// returned channel when the last append returns.
+fn append_elsewhere(
+    wal: &Wal,
+    lsns: std::ops::RangeInclusive<u64>,
+) -> crossbeam_channel::Receiver<Vec<crate::Result<crate::Append>>> {
+    let wal = wal.clone();
+    let (done, outcomes) = crossbeam_channel::bounded(1);
+    std::thread::spawn(move || {
+        let _ = done.send(lsns.map(|lsn| wal.append(payload(lsn, 1_000))).collect());
+    });
+    outcomes
+}
+
+/// Spins until an appender waits for room in the writer's queue; fails if the appender
+/// returned without ever waiting.
+fn until_an_appender_waits(
+    wal: &Wal,
+    appender: &crossbeam_channel::Receiver<Vec<crate::Result<crate::Append>>>,
+) {
+    while wal.appenders_waiting() == 0 {
+        assert!(
+            appender.is_empty(),
+            "every append found room: the queue is not bounded by bytes"
+        );
+        std::thread::yield_now();
+    }
+}
+
+/// How long an appender waiting for room may take to be woken before the test fails, instead
+/// of hanging.
+const NEVER_WOKEN: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// The writer's queue is bounded by bytes, not only by records: while the writer is held in a
+/// sync, appenders queue records until the budget is spent and the next one waits for room;
+/// once the sync goes through, every record is written, in order, and the room is given back.
+#[test]
+fn appenders_wait_once_the_writers_queue_holds_its_byte_budget() {
+    let dir = tempfile::tempdir().unwrap();
+    // Room for seven records of 1,000 bytes (each counted with 48 bytes beside it).
+    let budget = 8 * 1024;
+    let (wal, fs, first) = open_with_the_writer_held(dir.path(), budget);
+    let appender = append_elsewhere(&wal, 2..=12);
+    until_an_appender_waits(&wal, &appender);
+    assert_eq!(wal.last_lsn(), 8, "records 2 to 8 queued, record 9 waits");
+    assert!(wal.queued_bytes() <= budget, "{}", wal.queued_bytes());
+    assert_eq!(wal.durable_lsn(), 0);
+    fs.0.hold_segment_syncs(false);
+    assert_eq!(first.wait().unwrap(), 1);
+    let tickets = appender
+        .recv_timeout(NEVER_WOKEN)
+        .expect("the appender gets room");
+    for (ticket, lsn) in tickets.into_iter().zip(2..) {
+        assert_eq!(ticket.unwrap().wait().unwrap(), lsn);
+    }
+    assert_eq!(wal.queued_bytes(), 0, "the writer gave back every byte");
+    let options = small_options();
+    wal.close().unwrap();
+    let read: Vec<(u64, Vec<u8>)> = read_all(dir.path(), &options);
+    let expected: Vec<(u64, Vec<u8>)> = (1..=12).map(|lsn| (lsn, payload(lsn, 1_000))).collect();
+    assert_eq!(read, expected, "every record once, in order");
+}
+
+/// An appender waiting for room is told when the writer stops (here: its held sync fails and
+/// poisons the log) instead of waiting for room that will never come.
+#[test]
+fn an_appender_waiting_for_room_is_told_when_the_writer_stops() {
+    let dir = tempfile::tempdir().unwrap();
+    let (wal, fs, first) = open_with_the_writer_held(dir.path(), 4 * 1024);
+    let appender = append_elsewhere(&wal, 2..=8);
+    until_an_appender_waits(&wal, &appender);
+    fs.0.fail_sync_after(0);
+    fs.0.hold_segment_syncs(false);
+    assert!(matches!(first.wait(), Err(Error::Poisoned { .. })));
+    let Ok(outcomes) = appender.recv_timeout(NEVER_WOKEN) else {
+        // Its appender holds the append lock for good: closing the log would wait for it.
+        std::mem::forget(wal);
+        panic!("the waiting appender is never woken when the writer stops");
+    };
+    assert!(
+        outcomes.iter().any(|outcome| outcome.is_err()),
+        "the waiting appender is refused, not left waiting"
+    );
+    for ticket in outcomes.into_iter().flatten() {
+        assert!(
+            ticket.wait().is_err(),
+            "nothing after the failed sync is durable"
+        );
+    }
+    assert!(wal.is_poisoned());
+}
+
 /// Invariant 1 at the log's edge: an append is not durable, and its ticket does not resolve,
 /// while its segment's fdatasync is held back; letting the sync through resolves it.
 #[test]

@@ -25,6 +25,7 @@ use std::sync::Arc;
 
 use crossbeam_channel::{Receiver, Sender, TryRecvError};
 
+use crate::budget::{record_cost, Budget};
 use crate::error::{Error, Result};
 use crate::fs::{FileSystem, WalFile};
 use crate::log::Shared;
@@ -54,10 +55,43 @@ pub(crate) struct Writer {
     pub options: Options,
     pub shared: Arc<Shared>,
     pub segment: ActiveSegment,
-    pub rx: Receiver<Pending>,
+    pub queue: Queue,
     pub spares: Spares,
     /// LSN of the last record written (for the records-per-sync counter).
     pub flushed_lsn: u64,
+}
+
+/// The writer's end of the appenders' queue: every record taken off gives its room back to the
+/// byte budget ([`crate::Options::queue_bytes_max`]), and the budget is closed when the writer
+/// stops (dropped with it), so no appender waits for room that cannot appear.
+pub(crate) struct Queue {
+    rx: Receiver<Pending>,
+    budget: Arc<Budget>,
+}
+
+impl Queue {
+    pub(crate) fn new(rx: Receiver<Pending>, budget: Arc<Budget>) -> Self {
+        Queue { rx, budget }
+    }
+
+    fn taken(&self, pending: Pending) -> Pending {
+        self.budget.release(record_cost(pending.payload.len()));
+        pending
+    }
+
+    fn recv(&self) -> Option<Pending> {
+        self.rx.recv().ok().map(|pending| self.taken(pending))
+    }
+
+    fn try_recv(&self) -> std::result::Result<Pending, TryRecvError> {
+        self.rx.try_recv().map(|pending| self.taken(pending))
+    }
+}
+
+impl Drop for Queue {
+    fn drop(&mut self) {
+        self.budget.close();
+    }
 }
 
 /// The writer's end of the preallocator: ask for a spare, take it when rotating.
@@ -159,11 +193,11 @@ impl Writer {
     /// Runs until every sender is gone (clean close) or a failure poisons the log.
     pub fn run(mut self) {
         let mut buf: Vec<u8> = Vec::with_capacity(self.options.batch_bytes_max + 64 * 1024);
-        while let Ok(first) = self.rx.recv() {
+        while let Some(first) = self.queue.recv() {
             let mut batch = vec![first];
             let mut bytes = record_bytes(batch.first().map_or(0, |p| p.payload.len()));
             while bytes < self.options.batch_bytes_max {
-                match self.rx.try_recv() {
+                match self.queue.try_recv() {
                     Ok(next) => {
                         bytes += record_bytes(next.payload.len());
                         batch.push(next);
