@@ -687,7 +687,13 @@ impl Wal {
         // for room that cannot appear.
         let cost = record_cost(payload.len());
         let stopped = match self.inner.queued.take_room(cost, true) {
-            Room::Taken => tx.send(Pending { lsn, payload }).is_err(),
+            Room::Taken => {
+                let failed = tx.send(Pending { lsn, payload }).is_err();
+                if failed {
+                    self.inner.queued.release(cost);
+                }
+                failed
+            }
             Room::Full | Room::Closed => true,
         };
         if stopped {
@@ -712,7 +718,8 @@ impl Wal {
         self.inner.queued.held_bytes()
     }
 
-    /// Appenders waiting for room in the writer's queue now: whether the disk holds them back.
+    /// Whether an appender is waiting for room in the writer's queue now (0 or 1: it waits
+    /// holding the append order, and appenders behind it wait for that, uncounted).
     pub fn appenders_waiting(&self) -> usize {
         self.inner.queued.waiting()
     }

@@ -550,9 +550,17 @@ fn an_appender_waiting_for_room_is_told_when_the_writer_stops() {
         std::mem::forget(wal);
         panic!("the waiting appender is never woken when the writer stops");
     };
+    // Records 2 to 4 were queued (3 x 1,048 bytes of 4,096); record 5 waited and is refused.
     assert!(
-        outcomes.iter().any(|outcome| outcome.is_err()),
-        "the waiting appender is refused, not left waiting"
+        matches!(outcomes.get(3), Some(Err(Error::Poisoned { .. }))),
+        "the waiting appender is refused as poisoned, not left waiting: {:?}",
+        outcomes.get(3).map(|outcome| outcome.as_ref().err())
+    );
+    assert_eq!(wal.last_lsn(), 4, "a refused append takes no LSN");
+    assert_eq!(
+        wal.queued_bytes(),
+        0,
+        "the stopped writer's queue holds nothing"
     );
     for ticket in outcomes.into_iter().flatten() {
         assert!(

@@ -61,36 +61,59 @@ pub(crate) struct Writer {
     pub flushed_lsn: u64,
 }
 
-/// The writer's end of the appenders' queue: every record taken off gives its room back to the
-/// byte budget ([`crate::Options::queue_bytes_max`]), and the budget is closed when the writer
-/// stops (dropped with it), so no appender waits for room that cannot appear.
+/// The writer's end of the appenders' queue: the records it takes off give their room back to
+/// the byte budget ([`crate::Options::queue_bytes_max`]) once per batch ([`Queue::give_back`]),
+/// and the budget is closed when the writer stops (dropped with it), so no appender waits for
+/// room that cannot appear.
 pub(crate) struct Queue {
     rx: Receiver<Pending>,
     budget: Arc<Budget>,
+    /// Room of the records taken off since the last [`Queue::give_back`].
+    taken: usize,
 }
 
 impl Queue {
     pub(crate) fn new(rx: Receiver<Pending>, budget: Arc<Budget>) -> Self {
-        Queue { rx, budget }
+        Queue {
+            rx,
+            budget,
+            taken: 0,
+        }
     }
 
-    fn taken(&self, pending: Pending) -> Pending {
-        self.budget.release(record_cost(pending.payload.len()));
+    fn taken(&mut self, pending: Pending) -> Pending {
+        self.taken += record_cost(pending.payload.len());
         pending
     }
 
-    fn recv(&self) -> Option<Pending> {
-        self.rx.recv().ok().map(|pending| self.taken(pending))
+    fn recv(&mut self) -> Option<Pending> {
+        let pending = self.rx.recv().ok()?;
+        Some(self.taken(pending))
     }
 
-    fn try_recv(&self) -> std::result::Result<Pending, TryRecvError> {
-        self.rx.try_recv().map(|pending| self.taken(pending))
+    fn try_recv(&mut self) -> std::result::Result<Pending, TryRecvError> {
+        let pending = self.rx.try_recv()?;
+        Ok(self.taken(pending))
+    }
+
+    /// Gives back the room of every record taken off since the last call: once a batch, not
+    /// once a record (a lock and possibly a wake-up each).
+    fn give_back(&mut self) {
+        if self.taken > 0 {
+            self.budget.release(std::mem::take(&mut self.taken));
+        }
     }
 }
 
 impl Drop for Queue {
     fn drop(&mut self) {
         self.budget.close();
+        // Records the writer never took are dropped with the channel: their room goes too, so
+        // `Wal::queued_bytes` reads 0 once the writer is gone.
+        while let Ok(pending) = self.rx.try_recv() {
+            self.taken(pending);
+        }
+        self.give_back();
     }
 }
 
@@ -205,6 +228,7 @@ impl Writer {
                     Err(TryRecvError::Empty | TryRecvError::Disconnected) => break,
                 }
             }
+            self.queue.give_back();
             if let Err(error) = self.write_batch(&batch, &mut buf) {
                 tracing::error!(error = %error, "write-ahead log failed; poisoning it, every later append fails");
                 self.shared.poison(error.to_string());

@@ -92,6 +92,9 @@ impl Presence {
 /// Target resident bytes of an idle wallet, including its index slots.
 pub const IDLE_WALLET_BYTES_BUDGET: usize = 200;
 
+/// Wallets an eviction pass keeps room for between passes (`Shard::evicting`): 32 KiB.
+const EVICTING_KEPT: usize = 4096;
+
 /// Uniqueness key: one wallet per (owner, currency, wallet type). System accounts use owner id 0.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct OwnerKey {
@@ -235,7 +238,8 @@ pub struct Shard {
     /// Wallets whose records changed, by the stamp of the change, oldest first: where eviction
     /// looks once the indexer has filed that command.
     pub(crate) touched: VecDeque<(u64, WalletId)>,
-    /// The wallets one eviction pass visits (kept for its capacity; empty between passes).
+    /// The wallets one eviction pass visits (kept for its capacity, up to [`EVICTING_KEPT`];
+    /// empty between passes).
     evicting: Vec<WalletId>,
     /// Cross-shard moves finished, by the stamp of the command that finished them, oldest first:
     /// they leave memory once it is filed (see `moves`).
@@ -726,6 +730,9 @@ impl Shard {
             gone += self.evict_wallet(wallet_id, filed);
         }
         wallets.clear();
+        // A pass after a long stall of the indexer may have listed every wallet: keep no more
+        // than a usual pass needs.
+        wallets.shrink_to(EVICTING_KEPT);
         self.evicting = wallets;
         while let Some(uuid) = self.touched_payments.next_filed(filed) {
             gone += self.evict_payment(uuid, filed);
