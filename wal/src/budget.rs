@@ -84,7 +84,7 @@ impl Budget {
         *held = held.saturating_sub(bytes);
         // A sender counts itself waiting under this lock before it waits, so one that waits is
         // seen here. Waking nobody costs a futex syscall all the same, and the log's writer
-        // releases once per record.
+        // releases once per batch it takes, hundreds of times a second.
         let anyone = self.waiting.load(Ordering::Acquire) > 0;
         drop(held);
         if anyone {

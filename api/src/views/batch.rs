@@ -115,8 +115,10 @@ pub fn render_batch(answer: &BatchAnswer) -> Rendered {
 
 /// The answer's `data`, serialized straight from the items: through a `serde_json::Value` (a
 /// map per item and per transaction, each key a `String`), rendering a batch of 1,000 was most
-/// of the HTTP workers' CPU per transfer (BENCHMARKS.md, "Each wallet once per eviction"). The
-/// fields are in the order `json!` gave them (sorted), so the bytes did not change.
+/// of the HTTP workers' CPU per transfer (BENCHMARKS.md, "Each wallet once per eviction"), and
+/// every amount was parsed into an `f64` on the way (`10.00` came out as `10.0`). The fields
+/// keep the order `json!` gave them (sorted); an item's transaction has the key order
+/// `POST /v1/transfers` renders.
 #[derive(Serialize)]
 struct BatchJson {
     atomic: bool,
