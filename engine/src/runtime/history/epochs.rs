@@ -17,8 +17,14 @@
 //! holds          epoch(id) | wallet | hold id               -> Hold
 //! entry_times    epoch(t) | wallet | t | entry id           -> ()   t: created_at as a time key
 //! wallet_epochs  wallet | kind | epoch                      -> ()   the epochs a wallet has records in
-//! meta           "layout"                                   -> 6    this layout, answers in generations, no `counts` (5: answers by digest, their purge index grouped; 4: one purge key per answer; 3: with `counts`; 2: before answers by digest; absent: wallet-first)
+//! meta           "layout"                                   -> 7    this layout: 20-byte record keys, answers in generations, no `counts` (6: 24-byte record keys; 5: answers by digest, their purge index grouped; 4: one purge key per answer; 3: with `counts`; 2: before answers by digest; absent: wallet-first)
 //! ```
+//!
+//! A record key is 20 bytes, `epoch (4) | wallet (8) | id (8)` ([`record_key`]): fjall keeps keys
+//! of up to 20 bytes inside its memtable's skiplist nodes, so the indexer's inserts compare
+//! them without loading each from the heap. Ids from 2^50 up share the last epoch
+//! ([`LAST_ID_EPOCH`]). Layouts 2 to 6 keyed the same records with an 8-byte epoch, in
+//! [`WIDE_RECORD_KEYSPACES`]; they are copied on open ([`upgrade_layout`]).
 //!
 //! A wallet's records are then one range per epoch it has records in, and `wallet_epochs`
 //! lists those epochs (kind 0 transactions, 1 entries, 2 holds, 3 entry times); the indexer
@@ -36,7 +42,8 @@ use std::collections::HashMap;
 
 use super::pages::{complete_directory, Paged, PAGES_COMPLETE};
 use super::store::{
-    flush_and_wait, key3, numbers, rotate_full, time_key, Open, StoreError, INDEXED_LSN,
+    flush_and_wait, keyspace_options, numbers, rotate_full, time_key, Open, StoreError,
+    INDEXED_LSN, WIDE_RECORD_KEYSPACES,
 };
 
 /// Ids per epoch: 2^18 (~262k). Under the soak's load a shard allots that many transaction ids
@@ -67,8 +74,13 @@ pub(crate) const LAYOUT_GROUPED_PURGE: u8 = 5;
 /// that a walletd from before refuses the store: it would file answers where lookups of this
 /// one never look, and miss every answer filed in a generation (a retry would run twice).
 pub(crate) const LAYOUT_ANSWER_GENERATIONS: u8 = 6;
+/// Layout 6 with the record keyspaces keyed in 20 bytes, a 4-byte epoch ([`record_key`]), which
+/// fjall keeps inline. The records of layouts 2 to 6 are copied into it on open
+/// ([`copy_wide_records`]). The number changed so that a walletd from before refuses the
+/// store: it would file into its 24-byte keyspaces, which this layout no longer reads.
+pub(crate) const LAYOUT_RECORD_KEYS_INLINE: u8 = 7;
 /// The layout this walletd writes.
-pub(crate) const LAYOUT_CURRENT: u8 = LAYOUT_ANSWER_GENERATIONS;
+pub(crate) const LAYOUT_CURRENT: u8 = LAYOUT_RECORD_KEYS_INLINE;
 /// The way out of a store this walletd refuses to open.
 const REBUILD: &str = "Move the data dir's history/ aside and start walletd: it rebuilds the \
                        store from the log (or, if the log no longer starts at LSN 1, run \
@@ -95,14 +107,42 @@ pub(crate) fn key4(a: u64, b: u64, c: u64, d: u64) -> [u8; 32] {
     key
 }
 
+/// The last epoch a record key can name: its epoch is 4 bytes, so every id from
+/// `LAST_ID_EPOCH << ID_EPOCH_BITS` (2^50) up shares it. Ids are a shard's sequence numbers
+/// times the shard count, so a store reaches it only after ~10^15 records of a shard.
+pub(crate) const LAST_ID_EPOCH: u64 = u32::MAX as u64;
+
 /// The epoch of a record id.
 pub(crate) fn id_epoch(id: u64) -> u64 {
-    id >> ID_EPOCH_BITS
+    (id >> ID_EPOCH_BITS).min(LAST_ID_EPOCH)
 }
 
+/// The first and last id of `epoch` (the last epoch holds every id from its first up).
+fn epoch_ids(epoch: u64) -> (u64, u64) {
+    let first = epoch << ID_EPOCH_BITS;
+    if epoch >= LAST_ID_EPOCH {
+        (first, u64::MAX)
+    } else {
+        (first, first | ((1 << ID_EPOCH_BITS) - 1))
+    }
+}
+
+/// Bytes of a record key: `epoch (4) | wallet (8) | id (8)`, big-endian. 20 bytes is what
+/// fjall's keys (`byteview`) keep inline: a memtable's skiplist compares such keys inside its
+/// nodes, where a longer key is one more cache miss per comparison on the indexer's hot path
+/// (BENCHMARKS.md, "Record keys inline").
+pub(crate) const RECORD_KEY_BYTES: usize = 20;
+
 /// The key of `wallet`'s record `id` in `transactions`, `entries` or `holds`.
-pub(crate) fn record_key(wallet: u64, id: u64) -> [u8; 24] {
-    key3(id_epoch(id), wallet, id)
+pub(crate) fn record_key(wallet: u64, id: u64) -> [u8; RECORD_KEY_BYTES] {
+    let mut key = [0u8; RECORD_KEY_BYTES];
+    let (epoch, rest) = key.split_at_mut(4);
+    let (wallet_part, id_part) = rest.split_at_mut(8);
+    // `id_epoch` is at most `LAST_ID_EPOCH`, which fits.
+    epoch.copy_from_slice(&(id_epoch(id) as u32).to_be_bytes());
+    wallet_part.copy_from_slice(&wallet.to_be_bytes());
+    id_part.copy_from_slice(&id.to_be_bytes());
+    key
 }
 
 /// The date index key of `wallet`'s entry `entry_id`, created at `at_ms`, and its epoch.
@@ -114,12 +154,25 @@ pub(crate) fn time_index_key(wallet: u64, at_ms: i64, entry_id: u64) -> ([u8; 32
 
 /// The `wallet_epochs` key saying `wallet` has records of `kind` in `epoch`.
 pub(crate) fn epoch_key(wallet: u64, kind: u64, epoch: u64) -> [u8; 24] {
-    key3(wallet, kind, epoch)
+    super::store::key3(wallet, kind, epoch)
 }
 
 /// The (wallet, id) of a record key made by [`record_key`].
 pub(crate) fn record_of(key: &[u8]) -> Result<(u64, u64), StoreError> {
-    let [_, wallet, id] = numbers::<3>("record key", key)?;
+    let corrupt = |reason: String| StoreError::Corrupt {
+        what: "record key",
+        key: hex::encode(key),
+        reason,
+    };
+    let (epoch, rest) = key
+        .split_first_chunk::<4>()
+        .ok_or_else(|| corrupt(format!("{} bytes where 20 were expected", key.len())))?;
+    let [wallet, id] = numbers::<2>("record key", rest)?;
+    if u64::from(u32::from_be_bytes(*epoch)) != id_epoch(id) {
+        return Err(corrupt(format!(
+            "epoch {epoch:?} is not the epoch of id {id}"
+        )));
+    }
     Ok((wallet, id))
 }
 
@@ -227,9 +280,11 @@ pub(crate) fn wallet_records(
         epochs,
         newest_first,
         move |epoch| {
-            let first = (epoch << ID_EPOCH_BITS).max(lo);
-            let last = ((epoch << ID_EPOCH_BITS) | ((1 << ID_EPOCH_BITS) - 1)).min(hi);
-            (record_key(wallet, first), record_key(wallet, last))
+            let (first, last) = epoch_ids(epoch);
+            (
+                record_key(wallet, first.max(lo)),
+                record_key(wallet, last.min(hi)),
+            )
         },
     )
 }
@@ -277,16 +332,18 @@ pub(crate) fn upgrade_layout(open: &Open) -> Result<(), StoreError> {
         Some(layout)
             if matches!(
                 layout.as_ref(),
-                [LAYOUT_DERIVED_COUNTS | LAYOUT_GROUPED_PURGE]
+                [LAYOUT_DERIVED_COUNTS | LAYOUT_GROUPED_PURGE | LAYOUT_ANSWER_GENERATIONS]
             ) =>
         {
+            copy_wide_records(open)?;
             open.meta.insert(LAYOUT, [LAYOUT_CURRENT])?;
             open.db.persist(fjall::PersistMode::SyncData)?;
         }
         // Layout 2 had no answers in this layout, layout 3's digest layout is read and drained
-        // like 4's and 5's ([`super::answers`]); the counts of layouts 2 and 3 are dropped
-        // below, once the mark is synced.
+        // like 4's and 5's ([`super::answers`]); the counts of layouts 2 and 3 are checked
+        // against the copied records, and dropped below once the mark is synced.
         Some(layout) if matches!(layout.as_ref(), [LAYOUT_EPOCHS | LAYOUT_ANSWERS]) => {
+            copy_wide_records(open)?;
             check_counts(open)?;
             open.meta.insert(LAYOUT, [LAYOUT_CURRENT])?;
             open.db.persist(fjall::PersistMode::SyncData)?;
@@ -308,8 +365,78 @@ pub(crate) fn upgrade_layout(open: &Open) -> Result<(), StoreError> {
             open.db.persist(fjall::PersistMode::SyncData)?;
         }
     }
+    drop_wide_records(open)?;
     drop_wallet_first(open)?;
     drop_counts(open)
+}
+
+/// Copies the records of layouts 2 to 6, keyed `epoch (8) | wallet | id`, into the 20-byte
+/// keys of this layout, with their `wallet_epochs` (the epochs are the same below
+/// [`LAST_ID_EPOCH`]). The caller then writes and syncs the mark; a crash before it redoes
+/// the copy, which writes the same keys again.
+fn copy_wide_records(open: &Open) -> Result<(), StoreError> {
+    let mut wide = Vec::new();
+    for (name, kind) in WIDE_RECORD_KEYSPACES.into_iter().zip(Paged::ALL) {
+        if open.db.keyspace_exists(name) {
+            wide.push((open.db.keyspace(name, || keyspace_options(name))?, kind));
+        }
+    }
+    if wide.is_empty() {
+        return Ok(());
+    }
+    // What a killed walletd left in their memtables is flushed first, as for the wallet-first
+    // copy (`copy_wallet_first`).
+    let handles: Vec<&fjall::Keyspace> = wide.iter().map(|(handle, _)| handle).collect();
+    flush_and_wait(&handles, "before the record key copy")?;
+    let started = std::time::Instant::now();
+    const COPYING: &str = "copying the history store's records into 20-byte keys";
+    tracing::info!("{COPYING} (once)");
+    let mut copy = Copy::new(open, COPYING);
+    for (old, kind) in &wide {
+        let to = kind.keyspace(open);
+        for guard in old.iter() {
+            let (key, value) = guard.into_inner()?;
+            let [epoch, wallet, id] = numbers::<3>("record key", &key)?;
+            if epoch != id >> ID_EPOCH_BITS {
+                return Err(StoreError::Corrupt {
+                    what: "record key",
+                    key: hex::encode(&key),
+                    reason: format!("epoch {epoch} is not the epoch of id {id}"),
+                });
+            }
+            copy.put(
+                to,
+                &record_key(wallet, id),
+                value,
+                (wallet, *kind as u64, id_epoch(id)),
+            )?;
+        }
+    }
+    copy.finish()?;
+    tracing::info!(
+        records = copy.copied,
+        took_ms = started.elapsed().as_millis() as u64,
+        "copied the history store's records into 20-byte keys"
+    );
+    Ok(())
+}
+
+/// Drops the 24-byte record keyspaces of a store marked with this layout: the copy covered
+/// everything in them (the mark follows it), and a walletd from before refuses the mark
+/// before it files anything (it creates them empty first). A crash before the drop leaves it
+/// to the next open.
+fn drop_wide_records(open: &Open) -> Result<(), StoreError> {
+    for name in WIDE_RECORD_KEYSPACES {
+        if open.db.keyspace_exists(name) {
+            let handle = open.db.keyspace(name, || keyspace_options(name))?;
+            open.db.delete_keyspace(handle)?;
+            tracing::info!(
+                keyspace = name,
+                "dropped a history keyspace of 24-byte record keys (copied into 20-byte keys)"
+            );
+        }
+    }
+    Ok(())
 }
 
 /// Before a store's `counts` are dropped: every wallet's stored counts must be what the page
@@ -389,8 +516,9 @@ fn copy_wallet_first(open: &Open) -> Result<(), StoreError> {
     )?;
     let started = std::time::Instant::now();
     complete_directory(open, [transactions, entries, holds])?;
-    tracing::info!("copying the history store into its epoch-first layout (once)");
-    let mut copy = Copy::new(open);
+    const COPYING: &str = "copying the history store into its epoch-first layout";
+    tracing::info!("{COPYING} (once)");
+    let mut copy = Copy::new(open, COPYING);
     for (old, kind) in [
         (transactions, Paged::Transaction),
         (entries, Paged::Entry),
@@ -481,6 +609,8 @@ fn drop_wallet_first(open: &Open) -> Result<(), StoreError> {
 /// after each batch.
 struct Copy<'a> {
     open: &'a Open,
+    /// What the progress lines say.
+    what: &'static str,
     writes: fjall::OwnedWriteBatch,
     pending: usize,
     copied: u64,
@@ -490,9 +620,10 @@ struct Copy<'a> {
 impl<'a> Copy<'a> {
     const COMMIT_EVERY: usize = 100_000;
 
-    fn new(open: &'a Open) -> Self {
+    fn new(open: &'a Open, what: &'static str) -> Self {
         Copy {
             open,
+            what,
             writes: open.db.batch(),
             pending: 0,
             copied: 0,
@@ -522,10 +653,7 @@ impl<'a> Copy<'a> {
             self.finish()?;
         }
         if self.copied.is_multiple_of(1_000_000) {
-            tracing::info!(
-                copied = self.copied,
-                "copying the history store into its epoch-first layout"
-            );
+            tracing::info!(copied = self.copied, "{}", self.what);
         }
         Ok(())
     }
@@ -582,12 +710,21 @@ mod tests {
             3 * epoch + 5,
             3 * epoch + 6,
             9 * epoch,
+            // The last epoch a key can name, and the ids past it that share it.
+            LAST_ID_EPOCH * epoch - 1,
+            LAST_ID_EPOCH * epoch,
+            LAST_ID_EPOCH * epoch + epoch,
+            u64::MAX - 1,
         ]
         .into_iter()
         .collect();
         file_ids(&store, 7, &mine);
-        file_ids(&store, 6, &[2, epoch + 1, 4 * epoch]);
-        file_ids(&store, 8, &[3, 2 * epoch, 3 * epoch + 7]);
+        file_ids(
+            &store,
+            6,
+            &[2, epoch + 1, 4 * epoch, LAST_ID_EPOCH * epoch + 3],
+        );
+        file_ids(&store, 8, &[3, 2 * epoch, 3 * epoch + 7, u64::MAX]);
         for (lo, hi) in [
             (0, u64::MAX),
             (1, epoch),
@@ -595,6 +732,8 @@ mod tests {
             (epoch + 1, 9 * epoch - 1),
             (3 * epoch + 6, 3 * epoch + 6),
             (5, 4),
+            (9 * epoch, LAST_ID_EPOCH * epoch),
+            (LAST_ID_EPOCH * epoch + 1, u64::MAX),
         ] {
             let want: Vec<u64> = mine
                 .iter()
@@ -705,5 +844,142 @@ mod tests {
         assert_eq!(read(span, 3 * span + 9), vec![3, 4, 2]);
         assert_eq!(read(span + 1, 5 * span - 1), vec![3, 4]);
         assert_eq!(read(6 * span, 7 * span), Vec::<u64>::new());
+    }
+
+    /// A record key is 20 bytes (what fjall keeps inline), sorts as (epoch, wallet, id) sort,
+    /// reads back, and a key whose epoch is not its id's is refused as damaged.
+    #[test]
+    fn record_keys_are_20_bytes_in_epoch_wallet_id_order() {
+        let epoch = 1u64 << ID_EPOCH_BITS;
+        let ids = [
+            0,
+            1,
+            epoch - 1,
+            epoch,
+            LAST_ID_EPOCH * epoch - 1,
+            LAST_ID_EPOCH * epoch,
+            u64::MAX,
+        ];
+        let mut keys = Vec::new();
+        for wallet in [0u64, 1, 0x0100_0000, u64::MAX] {
+            for id in ids {
+                let key = record_key(wallet, id);
+                assert_eq!(key.len(), 20);
+                assert_eq!(record_of(&key).unwrap(), (wallet, id));
+                keys.push((key, (id_epoch(id), wallet, id)));
+            }
+        }
+        let mut by_bytes = keys.clone();
+        by_bytes.sort_by_key(|(key, _)| *key);
+        keys.sort_by_key(|(_, order)| *order);
+        assert_eq!(by_bytes, keys);
+        let mut moved = record_key(7, 5 * epoch);
+        moved[3] += 1;
+        let refused = record_of(&moved).unwrap_err().to_string();
+        assert!(refused.contains("is not the epoch of id"), "{refused}");
+        assert!(record_of(&moved[..19]).is_err());
+    }
+
+    /// Adds the 24-byte record keyspaces of layout 6 to a closed store (holding `records`: kind,
+    /// wallet, id, value), with their epoch keys, and marks it `layout`; `copied` of the records
+    /// are also put in the 20-byte keyspaces, as a copy cut short by a crash leaves them.
+    fn layout_six(
+        dir: &std::path::Path,
+        records: &[(Paged, u64, u64, Vec<u8>)],
+        copied: usize,
+        layout: u8,
+    ) {
+        let db = fjall::Database::builder(dir).open().unwrap();
+        let keyspace = |name: &str| db.keyspace(name, || keyspace_options(name)).unwrap();
+        let meta = keyspace("meta");
+        let wallet_epochs = keyspace("wallet_epochs");
+        let wide: Vec<_> = WIDE_RECORD_KEYSPACES
+            .iter()
+            .map(|name| keyspace(name))
+            .collect();
+        let narrow = [
+            keyspace("transactions_by_epoch20"),
+            keyspace("entries_by_epoch20"),
+            keyspace("holds_by_epoch20"),
+        ];
+        for (n, (kind, wallet, id, value)) in records.iter().enumerate() {
+            let k = *kind as usize;
+            wide[k]
+                .insert(
+                    super::super::store::key3(id >> ID_EPOCH_BITS, *wallet, *id),
+                    value,
+                )
+                .unwrap();
+            wallet_epochs
+                .insert(epoch_key(*wallet, k as u64, id >> ID_EPOCH_BITS), [])
+                .unwrap();
+            if n < copied {
+                narrow[k].insert(record_key(*wallet, *id), value).unwrap();
+            }
+        }
+        meta.insert(LAYOUT, [layout]).unwrap();
+        db.persist(fjall::PersistMode::SyncAll).unwrap();
+    }
+
+    /// A store of layout 6 is copied into 20-byte keys on open, whether the copy starts afresh,
+    /// was cut short by a crash, or finished before a crash that came before the drop: every
+    /// record reads back in id order, none twice, the old keyspaces are gone and the store is
+    /// marked layout 7.
+    #[test]
+    fn a_store_with_24_byte_record_keys_is_copied_into_20_byte_keys_on_open() {
+        let epoch = 1u64 << ID_EPOCH_BITS;
+        let mut records = Vec::new();
+        for (kind, wallet) in [
+            (Paged::Transaction, 3u64),
+            (Paged::Entry, 3),
+            (Paged::Hold, 4),
+        ] {
+            for id in [1u64, 2, epoch + 1, 5 * epoch, 5 * epoch + 9] {
+                let value = [kind as u8, wallet as u8, id as u8].to_vec();
+                records.push((kind, wallet, id + wallet, value));
+            }
+        }
+        // Another wallet's records in the same epochs, in between.
+        records.push((Paged::Entry, 2, 7, vec![9]));
+        records.push((Paged::Entry, 4, 5 * epoch + 2, vec![9]));
+        for (copied, layout) in [
+            (0, LAYOUT_ANSWER_GENERATIONS),
+            (records.len() / 2, LAYOUT_ANSWER_GENERATIONS),
+            (records.len(), LAYOUT_CURRENT),
+        ] {
+            let dir = tempfile::tempdir().unwrap();
+            HistoryStore::open(dir.path(), 1 << 20).unwrap().close();
+            layout_six(dir.path(), &records, copied, layout);
+            let store = HistoryStore::open(dir.path(), 1 << 20).unwrap();
+            store
+                .with(|open| {
+                    for name in WIDE_RECORD_KEYSPACES {
+                        assert!(!open.db.keyspace_exists(name), "{name} was not dropped");
+                    }
+                    assert_eq!(
+                        open.meta.get(LAYOUT)?.as_deref(),
+                        Some(&[LAYOUT_CURRENT][..])
+                    );
+                    for kind in Paged::ALL {
+                        for wallet in [2u64, 3, 4] {
+                            let want: Vec<(u64, Vec<u8>)> = records
+                                .iter()
+                                .filter(|(k, w, _, _)| *k == kind && *w == wallet)
+                                .map(|(_, _, id, value)| (*id, value.clone()))
+                                .collect();
+                            let got: Vec<(u64, Vec<u8>)> =
+                                wallet_records(open, kind, wallet, (0, u64::MAX), false)
+                                    .map(|row| {
+                                        let (key, value) = row.unwrap();
+                                        (record_of(&key).unwrap().1, value.to_vec())
+                                    })
+                                    .collect();
+                            assert_eq!(got, want, "{kind:?} of wallet {wallet}, {copied} copied");
+                        }
+                    }
+                    Ok(())
+                })
+                .unwrap();
+        }
     }
 }

@@ -42,6 +42,9 @@ pub(crate) enum Paged {
 }
 
 impl Paged {
+    /// Every kind, in order.
+    pub(crate) const ALL: [Paged; 3] = [Paged::Transaction, Paged::Entry, Paged::Hold];
+
     pub(crate) fn keyspace(self, open: &Open) -> &fjall::Keyspace {
         match self {
             Paged::Transaction => &open.transactions,

@@ -6,9 +6,10 @@
 //! # Keyspaces
 //!
 //! Keys are big-endian integers, so byte order is numeric order. The record keyspaces start
-//! with an epoch of the id (or of the time, for the date index), so a wallet's records are one
-//! range per epoch, oldest first, and `wallet_epochs` lists its epochs ([`super::epochs`], which
-//! says why). Values start with [`VALUE_FORMAT`], then postcard.
+//! with an epoch of the id (4 bytes, so that a record key fits the 20 bytes fjall keeps inline;
+//! or of the time, 8 bytes, for the date index), so a wallet's records are one range per epoch,
+//! oldest first, and `wallet_epochs` lists its epochs ([`super::epochs`], which says why).
+//! Values start with [`VALUE_FORMAT`], then postcard.
 //!
 //! ```text
 //! meta          "indexed_lsn"                   -> u64           the last WAL record filed
@@ -216,12 +217,20 @@ const JOURNAL_MAX_BYTES: u64 = 96 << 20;
 /// Longest the indexer waits for flushes before it stops with an error.
 const FLUSH_WAIT_MAX: std::time::Duration = std::time::Duration::from_secs(120);
 
-/// The record keyspaces' names: epoch-first keys ([`super::epochs`]; the wallet-first layout
-/// used the names without `_by_epoch`).
-const TRANSACTIONS: &str = "transactions_by_epoch";
-const ENTRIES: &str = "entries_by_epoch";
+/// The record keyspaces' names: epoch-first keys of 20 bytes ([`super::epochs`]). Layouts 2
+/// to 6 kept the same records under 24-byte keys in [`WIDE_RECORD_KEYSPACES`], the
+/// wallet-first layout in the names without `_by_epoch`.
+const TRANSACTIONS: &str = "transactions_by_epoch20";
+const ENTRIES: &str = "entries_by_epoch20";
 const ENTRY_TIMES: &str = "entry_times_by_epoch";
-const HOLDS: &str = "holds_by_epoch";
+const HOLDS: &str = "holds_by_epoch20";
+/// The record keyspaces of layouts 2 to 6 (`epoch (8) | wallet | id`), in [`Paged`] order:
+/// copied into the 20-byte keys on open ([`super::epochs::upgrade_layout`]), then dropped.
+pub(crate) const WIDE_RECORD_KEYSPACES: [&str; 3] = [
+    "transactions_by_epoch",
+    "entries_by_epoch",
+    "holds_by_epoch",
+];
 
 /// The open database and its keyspaces.
 pub(crate) struct Open {
@@ -326,7 +335,17 @@ pub(crate) fn keyspace_options(name: &str) -> fjall::KeyspaceCreateOptions {
     // levels by a move, never rewritten, so a table is compressed when it is first
     // written or never. Random keys (uuids, client keys) do not compress: their
     // keyspaces are left alone and spend nothing on it.
-    let compressed = if matches!(name, TRANSACTIONS | ENTRIES | HOLDS | "payments") {
+    let [wide_transactions, wide_entries, wide_holds] = WIDE_RECORD_KEYSPACES;
+    let record = [
+        TRANSACTIONS,
+        ENTRIES,
+        HOLDS,
+        wide_transactions,
+        wide_entries,
+        wide_holds,
+    ]
+    .contains(&name);
+    let compressed = if record || name == "payments" {
         fjall::CompressionType::Lz4
     } else {
         fjall::CompressionType::None
@@ -357,12 +376,7 @@ pub(crate) fn keyspace_options(name: &str) -> fjall::KeyspaceCreateOptions {
     // created, so an existing store keeps the strategy it was made with.
     // An answers' keyspace: a generation of them (`super::answers::generations`).
     let answers = super::answers::generations::start_of(name).is_some();
-    if answers
-        || matches!(
-            name,
-            TRANSACTIONS | ENTRIES | ENTRY_TIMES | HOLDS | "payments" | "tx_uuids" | "hold_uuids"
-        )
-    {
+    if answers || record || matches!(name, ENTRY_TIMES | "payments" | "tx_uuids" | "hold_uuids") {
         options = options.compaction_strategy(std::sync::Arc::new(
             fjall::compaction::Leveled::default()
                 .with_l0_threshold(8)
