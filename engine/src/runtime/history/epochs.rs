@@ -38,7 +38,7 @@
 //! with progress in the log; the `layout` mark is written after the copy and the old
 //! keyspaces are dropped after the mark, so a crash at any point redoes or finishes the copy.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 
 use super::pages::{complete_directory, Paged, PAGES_COMPLETE};
 use super::store::{

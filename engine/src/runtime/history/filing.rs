@@ -12,7 +12,7 @@
 //! batch-local overlay that later events of the batch read first. The report aggregates
 //! ([`super::report_days`]) are read-modify-written the same way, in the same batch.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -25,9 +25,9 @@ use super::moves::MoveOverlay;
 use super::pages::{counted, directory_count, directory_key, starts_block, KindCounts, Paged};
 use super::report_days::{ReportBatch, Scope};
 use super::store::{
-    decode, encode, key2, link_writes, payment_writes, payout_writes, settlement_writes,
-    HistoryStore, Open, StoreError, Write, COMMERCE_COMPLETE, INDEXED_LSN, LINKS_COMPLETE,
-    SETTLEMENTS_COMPLETE,
+    decode, encode, encode_value, key2, link_writes, payment_writes, payout_writes,
+    settlement_writes, HistoryStore, Open, StoreError, Write, COMMERCE_COMPLETE, INDEXED_LSN,
+    LINKS_COMPLETE, SETTLEMENTS_COMPLETE,
 };
 use super::uuid_keys::UuidKeys;
 use crate::commerce::payment::{Payment, PaymentLink};
@@ -111,10 +111,11 @@ pub(crate) fn file_batch(
         let mut batch = Batch {
             open,
             writes: open.db.batch(),
-            overlay: HashMap::new(),
-            counts: HashMap::new(),
+            overlay: HashMap::default(),
+            counts: HashMap::default(),
             moves: MoveOverlay::default(),
             shard: 0,
+            scratch: Vec::with_capacity(512),
         };
         let mut reports = open
             .reports
@@ -202,6 +203,8 @@ struct Batch<'a> {
     moves: MoveOverlay,
     /// The shard of the record being filed.
     shard: u32,
+    /// The buffer values are encoded in ([`encode_value`]).
+    scratch: Vec<u8>,
 }
 
 /// A wallet's counts of each kind ([`Paged`] order) up to the record being filed; `None` for a
@@ -235,7 +238,7 @@ impl Batch<'_> {
         key: (u64, u64),
         value: &T,
     ) -> Result<(), StoreError> {
-        let bytes = fjall::Slice::from(encode(value)?);
+        let bytes = encode_value(&mut self.scratch, value)?;
         let keyspace = self.keyspace(kind).clone();
         self.writes
             .insert(&keyspace, record_key(key.0, key.1), bytes.clone());

@@ -89,7 +89,7 @@ fn wallet_directory(
 pub(crate) type KindCounts = [Option<u64>; 3];
 
 /// The indexer's counts by wallet ([`Open::counted`]).
-pub(crate) type Counted = std::collections::HashMap<u64, KindCounts>;
+pub(crate) type Counted = rustc_hash::FxHashMap<u64, KindCounts>;
 
 /// How many records of `kind` `wallet` has: what the indexer counted ([`Open::counted`]), or
 /// else `BLOCK` for each block before its last directory key plus the records from that key's

@@ -25,7 +25,9 @@
 //! A payout or settlement is counted on the day it was created under its current status: a
 //! status change moves one count and its amount from the old status row to the new one.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
+
+use rustc_hash::FxHashMap as HashMap;
 use std::ops::Bound;
 use std::sync::atomic::Ordering;
 

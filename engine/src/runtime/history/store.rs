@@ -111,11 +111,30 @@ pub enum StoreError {
 }
 
 pub(crate) fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>, StoreError> {
-    postcard::to_extend(value, vec![VALUE_FORMAT]).map_err(|error| StoreError::Corrupt {
+    postcard::to_extend(value, vec![VALUE_FORMAT]).map_err(encoding_failed)
+}
+
+fn encoding_failed(error: postcard::Error) -> StoreError {
+    StoreError::Corrupt {
         what: "value",
         key: "(encoding)".into(),
         reason: error.to_string(),
-    })
+    }
+}
+
+/// [`encode`] through `scratch`, a buffer kept between calls, straight into a store value: one
+/// allocation per value (the value's own) instead of a `Vec` grown from one byte.
+pub(crate) fn encode_value<T: Serialize>(
+    scratch: &mut Vec<u8>,
+    value: &T,
+) -> Result<fjall::Slice, StoreError> {
+    let mut buffer = std::mem::take(scratch);
+    buffer.clear();
+    buffer.push(VALUE_FORMAT);
+    let buffer = postcard::to_extend(value, buffer).map_err(encoding_failed)?;
+    let slice = fjall::Slice::from(buffer.as_slice());
+    *scratch = buffer;
+    Ok(slice)
 }
 
 pub(crate) fn decode<T: DeserializeOwned>(
