@@ -145,15 +145,22 @@ impl<T> Recent<T> {
         mut left: impl FnMut(&T),
     ) -> usize {
         let before = self.items.len();
-        if prefix_only {
-            while let Some((stamp, value)) = self.items.front() {
-                if *stamp > filed || keep(value) {
-                    break;
-                }
-                left(value);
-                self.items.pop_front();
+        // The filed prefix goes first, without moving what stays; usually nothing behind it is
+        // both filed and free to go, and the scan below finds that without moving a record
+        // (`retain` shifts every record that stays).
+        while let Some((stamp, value)) = self.items.front() {
+            if *stamp > filed || keep(value) {
+                break;
             }
-        } else {
+            left(value);
+            self.items.pop_front();
+        }
+        let behind = !prefix_only
+            && self
+                .items
+                .iter()
+                .any(|(stamp, value)| *stamp <= filed && !keep(value));
+        if behind {
             self.items.retain(|(stamp, value)| {
                 let stays = *stamp > filed || keep(value);
                 if !stays {
