@@ -22,7 +22,7 @@
 //!
 //! A record key is 20 bytes, `epoch (4) | wallet (8) | id (8)` ([`record_key`]): fjall keeps keys
 //! of up to 20 bytes inside its memtable's skiplist nodes, so the indexer's inserts compare
-//! them without loading each from the heap. Ids from 2^50 up share the last epoch
+//! them without loading each from the heap. Ids from 2^50 - 2^18 up share the last epoch
 //! ([`LAST_ID_EPOCH`]). Layouts 2 to 6 keyed the same records with an 8-byte epoch, in
 //! [`WIDE_RECORD_KEYSPACES`]; they are copied on open ([`upgrade_layout`]).
 //!
@@ -108,7 +108,7 @@ pub(crate) fn key4(a: u64, b: u64, c: u64, d: u64) -> [u8; 32] {
 }
 
 /// The last epoch a record key can name: its epoch is 4 bytes, so every id from
-/// `LAST_ID_EPOCH << ID_EPOCH_BITS` (2^50) up shares it. Ids are a shard's sequence numbers
+/// `LAST_ID_EPOCH << ID_EPOCH_BITS` (2^50 - 2^18) up shares it. Ids are a shard's sequence numbers
 /// times the shard count, so a store reaches it only after ~10^15 records of a shard.
 pub(crate) const LAST_ID_EPOCH: u64 = u32::MAX as u64;
 
@@ -401,7 +401,7 @@ fn copy_wide_records(open: &Open) -> Result<(), StoreError> {
                 return Err(StoreError::Corrupt {
                     what: "record key",
                     key: hex::encode(&key),
-                    reason: format!("epoch {epoch} is not the epoch of id {id}"),
+                    reason: format!("epoch {epoch} is not the epoch of id {id}. {REBUILD}"),
                 });
             }
             copy.put(
@@ -880,10 +880,13 @@ mod tests {
         assert!(record_of(&moved[..19]).is_err());
     }
 
-    /// Adds the 24-byte record keyspaces of layout 6 to a closed store (holding `records`: kind,
-    /// wallet, id, value), with their epoch keys, and marks it `layout`; `copied` of the records
-    /// are also put in the 20-byte keyspaces, as a copy cut short by a crash leaves them.
-    fn layout_six(
+    /// Adds the 24-byte record keyspaces of layouts 2 to 6 to a closed store (holding `records`:
+    /// kind, wallet, id, value) and marks it `layout`; `copied` of the records are also put in
+    /// the 20-byte keyspaces with a stale value, as a copy cut short by a crash, then a change
+    /// filed by an older walletd, leave them (with their `wallet_epochs` keys and the values of
+    /// the wide keyspaces if `layout` is this one: a copy that finished). No other
+    /// `wallet_epochs` keys: the copy writes them.
+    fn wide_layout(
         dir: &std::path::Path,
         records: &[(Paged, u64, u64, Vec<u8>)],
         copied: usize,
@@ -910,21 +913,25 @@ mod tests {
                     value,
                 )
                 .unwrap();
-            wallet_epochs
-                .insert(epoch_key(*wallet, k as u64, id >> ID_EPOCH_BITS), [])
-                .unwrap();
-            if n < copied {
+            if n < copied && layout == LAYOUT_CURRENT {
+                // The copy finished and the mark is written: its keys are all there.
                 narrow[k].insert(record_key(*wallet, *id), value).unwrap();
+                wallet_epochs
+                    .insert(epoch_key(*wallet, k as u64, id_epoch(*id)), [])
+                    .unwrap();
+            } else if n < copied {
+                narrow[k].insert(record_key(*wallet, *id), [0xEE]).unwrap();
             }
         }
         meta.insert(LAYOUT, [layout]).unwrap();
         db.persist(fjall::PersistMode::SyncAll).unwrap();
     }
 
-    /// A store of layout 6 is copied into 20-byte keys on open, whether the copy starts afresh,
-    /// was cut short by a crash, or finished before a crash that came before the drop: every
-    /// record reads back in id order, none twice, the old keyspaces are gone and the store is
-    /// marked layout 7.
+    /// A store of layouts 2 to 6 is copied into 20-byte keys on open, whether the copy starts
+    /// afresh, was cut short by a crash, or finished before a crash that came before the drop:
+    /// every record reads back in id order with its value, none twice, ids past the last epoch
+    /// fold into it, the old keyspaces are gone and the store is marked layout 7. Empty 24-byte
+    /// keyspaces beside the mark (an older walletd that refused the store) are dropped.
     #[test]
     fn a_store_with_24_byte_record_keys_is_copied_into_20_byte_keys_on_open() {
         let epoch = 1u64 << ID_EPOCH_BITS;
@@ -942,14 +949,26 @@ mod tests {
         // Another wallet's records in the same epochs, in between.
         records.push((Paged::Entry, 2, 7, vec![9]));
         records.push((Paged::Entry, 4, 5 * epoch + 2, vec![9]));
-        for (copied, layout) in [
-            (0, LAYOUT_ANSWER_GENERATIONS),
-            (records.len() / 2, LAYOUT_ANSWER_GENERATIONS),
-            (records.len(), LAYOUT_CURRENT),
+        // Ids around the last 20-byte epoch, and a wallet whose only record is in a 24-byte
+        // epoch past it (which folds into it).
+        for (wallet, id) in [
+            (4, LAST_ID_EPOCH * epoch - 1),
+            (4, LAST_ID_EPOCH * epoch),
+            (4, u64::MAX - 1),
+            (5, u64::MAX - 1),
         ] {
+            records.push((Paged::Hold, wallet, id, id.to_be_bytes().to_vec()));
+        }
+        let mut cases: Vec<(&[_], usize, u8)> = (LAYOUT_EPOCHS..=LAYOUT_ANSWER_GENERATIONS)
+            .map(|layout| (&records[..], 0, layout))
+            .collect();
+        cases.push((&records, records.len() / 2, LAYOUT_ANSWER_GENERATIONS));
+        cases.push((&records, records.len(), LAYOUT_CURRENT));
+        cases.push((&[], 0, LAYOUT_CURRENT));
+        for (records, copied, layout) in cases {
             let dir = tempfile::tempdir().unwrap();
             HistoryStore::open(dir.path(), 1 << 20).unwrap().close();
-            layout_six(dir.path(), &records, copied, layout);
+            wide_layout(dir.path(), records, copied, layout);
             let store = HistoryStore::open(dir.path(), 1 << 20).unwrap();
             store
                 .with(|open| {
@@ -961,7 +980,7 @@ mod tests {
                         Some(&[LAYOUT_CURRENT][..])
                     );
                     for kind in Paged::ALL {
-                        for wallet in [2u64, 3, 4] {
+                        for wallet in [2u64, 3, 4, 5] {
                             let want: Vec<(u64, Vec<u8>)> = records
                                 .iter()
                                 .filter(|(k, w, _, _)| *k == kind && *w == wallet)
@@ -974,7 +993,10 @@ mod tests {
                                         (record_of(&key).unwrap().1, value.to_vec())
                                     })
                                     .collect();
-                            assert_eq!(got, want, "{kind:?} of wallet {wallet}, {copied} copied");
+                            assert_eq!(
+                                got, want,
+                                "{kind:?} of wallet {wallet}, layout {layout}, {copied} copied"
+                            );
                         }
                     }
                     Ok(())
