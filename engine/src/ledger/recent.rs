@@ -261,6 +261,33 @@ mod tests {
         assert_eq!(recent.iter().copied().collect::<Vec<_>>(), vec![31]);
     }
 
+    /// The shape holds take: a kept record (an active hold) at the front with filed, droppable
+    /// ones behind it. Without `prefix_only` every droppable one goes, each told once and in
+    /// order; with it, the kept one stops the eviction.
+    #[test]
+    fn records_behind_a_kept_one_go_unless_only_a_prefix_may() {
+        let fill = || {
+            let mut recent: Recent<u32> = Recent::new();
+            for (stamp, value) in [(1, 10), (1, 20), (1, 30), (5, 40), (1, 50)] {
+                recent.push(stamp, value);
+            }
+            recent
+        };
+        let mut recent = fill();
+        let mut left = Vec::new();
+        let gone = recent.evict(1, false, |v| *v == 20, |v| left.push(*v));
+        assert_eq!((gone, left), (3, vec![10, 30, 50]));
+        assert_eq!(recent.iter().copied().collect::<Vec<_>>(), vec![20, 40]);
+        let mut recent = fill();
+        let mut left = Vec::new();
+        let gone = recent.evict(1, true, |v| *v == 20, |v| left.push(*v));
+        assert_eq!((gone, left), (1, vec![10]));
+        assert_eq!(
+            recent.iter().copied().collect::<Vec<_>>(),
+            vec![20, 30, 40, 50]
+        );
+    }
+
     #[test]
     fn prefix_eviction_stops_at_the_first_record_that_stays() {
         let mut recent: Recent<u32> = Recent::new();
