@@ -44,8 +44,8 @@
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
-/// Maps keyed by ids and uuids this process minted (never a client's input): Fx hashing instead
-/// of SipHash, which was ~6 % of the shard thread's samples under batched transfers.
+// Maps keyed by ids and uuids this process minted (never a client's input): Fx hashing instead
+// of SipHash, which was ~6 % of the shard thread's samples under batched transfers.
 use rustc_hash::FxHashMap;
 
 use rust_decimal::Decimal;

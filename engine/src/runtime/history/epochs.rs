@@ -139,7 +139,10 @@ pub(crate) fn record_key(wallet: u64, id: u64) -> [u8; RECORD_KEY_BYTES] {
     let (epoch, rest) = key.split_at_mut(4);
     let (wallet_part, id_part) = rest.split_at_mut(8);
     // `id_epoch` is at most `LAST_ID_EPOCH`, which fits.
-    epoch.copy_from_slice(&(id_epoch(id) as u32).to_be_bytes());
+    let epoch_bytes = u32::try_from(id_epoch(id))
+        .unwrap_or(u32::MAX)
+        .to_be_bytes();
+    epoch.copy_from_slice(&epoch_bytes);
     wallet_part.copy_from_slice(&wallet.to_be_bytes());
     id_part.copy_from_slice(&id.to_be_bytes());
     key
@@ -168,9 +171,10 @@ pub(crate) fn record_of(key: &[u8]) -> Result<(u64, u64), StoreError> {
         .split_first_chunk::<4>()
         .ok_or_else(|| corrupt(format!("{} bytes where 20 were expected", key.len())))?;
     let [wallet, id] = numbers::<2>("record key", rest)?;
-    if u64::from(u32::from_be_bytes(*epoch)) != id_epoch(id) {
+    let epoch = u32::from_be_bytes(*epoch);
+    if u64::from(epoch) != id_epoch(id) {
         return Err(corrupt(format!(
-            "epoch {epoch:?} is not the epoch of id {id}"
+            "epoch {epoch} is not the epoch of id {id}"
         )));
     }
     Ok((wallet, id))
