@@ -558,14 +558,32 @@ mod tests {
 
     /// A store of layout 3 keeps its `counts` only if they agree with what the page directory
     /// gives: one that disagrees is refused as damaged, with the way out, and keeps its counts;
-    /// one that agrees is marked with the current layout and its counts are dropped.
+    /// one that agrees is marked with the current layout and its counts are dropped. Its records
+    /// are in the 24-byte keyspaces, as layout 3 kept them: the counts are checked against the
+    /// copy, so a check before the copy would find none of them.
     #[test]
     fn counts_that_disagree_with_the_directory_refuse_the_upgrade() {
-        use crate::runtime::history::epochs::LAYOUT_CURRENT;
+        use crate::runtime::history::epochs::{record_of, ID_EPOCH_BITS, LAYOUT_CURRENT};
+        use crate::runtime::history::store::{keyspace_options, WIDE_RECORD_KEYSPACES};
         let total = BLOCK + 5;
         let (dir, store) = store_with(total, true);
         store
-            .with(|open| Ok(open.meta.insert(LAYOUT, [3])?))
+            .with(|open| {
+                open.meta.insert(LAYOUT, [3])?;
+                let [_, wide_entries, _] = WIDE_RECORD_KEYSPACES;
+                let wide = open
+                    .db
+                    .keyspace(wide_entries, || keyspace_options(wide_entries))?;
+                let mut writes = open.db.batch();
+                for row in open.entries.iter() {
+                    let (key, value) = row.into_inner()?;
+                    let (wallet, id) = record_of(&key)?;
+                    writes.insert(&wide, key3(id >> ID_EPOCH_BITS, wallet, id), value);
+                    writes.remove(&open.entries, key);
+                }
+                writes.commit()?;
+                Ok(())
+            })
             .unwrap();
         store.persist().unwrap();
         store.close();
