@@ -51,6 +51,7 @@ use sha2::{Digest, Sha256};
 
 use self::generations::Target;
 use super::store::{decode, encode, numbers, time_key, HistoryStore, Open, StoreError};
+use super::writes::Writes;
 use crate::runtime::journal::IdempotencyRecord;
 
 pub(crate) const ANSWERS_SINCE: &[u8] = b"answers_since";
@@ -130,7 +131,7 @@ impl AnswerFiler {
     pub(crate) fn file(
         &mut self,
         open: &Open,
-        writes: &mut fjall::OwnedWriteBatch,
+        writes: &mut Writes,
         record: &IdempotencyRecord,
         lsn: u64,
     ) -> Result<(), StoreError> {
@@ -182,7 +183,7 @@ impl AnswerFiler {
     /// answers, so the store never holds an answer later than its generation's time says. The
     /// times kept in memory are raised once the batch is committed ([`LatestTimes::committed`]).
     #[must_use = "the latest times are raised in memory only once the batch is committed"]
-    pub(crate) fn finish(self, open: &Open, writes: &mut fjall::OwnedWriteBatch) -> LatestTimes {
+    pub(crate) fn finish(self, open: &Open, writes: &mut Writes) -> LatestTimes {
         LatestTimes(
             self.latest
                 .into_iter()
@@ -327,7 +328,7 @@ impl HistoryStore {
             return Ok(());
         }
         self.with(|open| {
-            let mut writes = open.db.batch();
+            let mut writes = Writes::new(&open.db);
             let mut filer = AnswerFiler::default();
             for (lsn, record) in records {
                 // Expired by the clock of the open: not filed (and not looked up either).
@@ -472,7 +473,7 @@ fn purge_legacy(
         return Ok(0);
     }
     let end = Bound::Excluded(time_key(cutoff_ms).to_be_bytes().to_vec());
-    let mut writes = open.db.batch();
+    let mut writes = Writes::new(&open.db);
     let mut removed = 0;
     let mut last = None;
     for guard in times.range((start, end)).take(most) {

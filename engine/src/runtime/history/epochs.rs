@@ -45,6 +45,7 @@ use super::store::{
     flush_and_wait, keyspace_options, numbers, rotate_full, time_key, Open, StoreError,
     INDEXED_LSN, WIDE_RECORD_KEYSPACES,
 };
+use super::writes::Writes;
 
 /// Ids per epoch: 2^18 (~262k). Under the soak's load a shard allots that many transaction ids
 /// in about half a minute.
@@ -197,7 +198,7 @@ impl EpochsSeen {
     pub(crate) fn note(
         &mut self,
         open: &Open,
-        writes: &mut fjall::OwnedWriteBatch,
+        writes: &mut Writes,
         wallet: u64,
         kind: u64,
         epoch: u64,
@@ -362,7 +363,7 @@ pub(crate) fn upgrade_layout(open: &Open) -> Result<(), StoreError> {
         None => {
             // A new store: every walletd before this layout created the wallet-first
             // keyspaces on its first open.
-            let mut writes = open.db.batch();
+            let mut writes = Writes::new(&open.db);
             writes.insert(&open.meta, PAGES_COMPLETE, Vec::new());
             writes.insert(&open.meta, LAYOUT, vec![LAYOUT_CURRENT]);
             writes.commit()?;
@@ -554,7 +555,7 @@ fn copy_wallet_first(open: &Open) -> Result<(), StoreError> {
     copy.finish()?;
     check_counts(open)?;
     let covered = open.meta.get(INDEXED_LSN)?.map(|lsn| lsn.to_vec());
-    let mut writes = open.db.batch();
+    let mut writes = Writes::new(&open.db);
     writes.insert(&open.meta, LAYOUT, vec![LAYOUT_CURRENT]);
     writes.insert(&open.meta, COPIED_AT, covered.unwrap_or_default());
     writes.commit()?;
@@ -615,7 +616,7 @@ struct Copy<'a> {
     open: &'a Open,
     /// What the progress lines say.
     what: &'static str,
-    writes: fjall::OwnedWriteBatch,
+    writes: Writes,
     pending: usize,
     copied: u64,
     last_epoch: Option<(u64, u64, u64)>,
@@ -628,7 +629,7 @@ impl<'a> Copy<'a> {
         Copy {
             open,
             what,
-            writes: open.db.batch(),
+            writes: Writes::new(&open.db),
             pending: 0,
             copied: 0,
             last_epoch: None,
@@ -663,7 +664,7 @@ impl<'a> Copy<'a> {
     }
 
     fn finish(&mut self) -> Result<(), StoreError> {
-        let writes = std::mem::replace(&mut self.writes, self.open.db.batch());
+        let writes = std::mem::replace(&mut self.writes, Writes::new(&self.open.db));
         writes.commit()?;
         self.pending = 0;
         // Nothing else seals memtables before the indexer runs (they never rotate by
@@ -682,7 +683,7 @@ mod tests {
     fn file_ids(store: &HistoryStore, wallet: u64, ids: &[u64]) {
         store
             .with(|open| {
-                let mut writes = open.db.batch();
+                let mut writes = Writes::new(&open.db);
                 let mut seen = EpochsSeen::default();
                 for &id in ids {
                     writes.insert(&open.holds, record_key(wallet, id), id.to_be_bytes());
@@ -822,7 +823,7 @@ mod tests {
         ];
         store
             .with(|open| {
-                let mut writes = open.db.batch();
+                let mut writes = Writes::new(&open.db);
                 let mut seen = EpochsSeen::default();
                 for (wallet, shift) in [(7u64, 0i64), (8, 1)] {
                     for (id, at) in entries {

@@ -30,6 +30,7 @@ use super::store::{
     LINKS_COMPLETE, SETTLEMENTS_COMPLETE,
 };
 use super::uuid_keys::UuidKeys;
+use super::writes::Writes;
 use crate::commerce::payment::{Payment, PaymentLink};
 use crate::commerce::payout::{Payout, Settlement};
 use crate::ledger::hold::Hold;
@@ -110,7 +111,7 @@ pub(crate) fn file_batch(
         heads.keys.load(open)?;
         let mut batch = Batch {
             open,
-            writes: open.db.batch(),
+            writes: Writes::new(&open.db),
             overlay: HashMap::default(),
             counts: HashMap::default(),
             moves: MoveOverlay::default(),
@@ -193,7 +194,7 @@ enum Kind {
 
 struct Batch<'a> {
     open: &'a Open,
-    writes: fjall::OwnedWriteBatch,
+    writes: Writes,
     /// Values written earlier in this batch, read before the keyspaces (shared with the batch,
     /// not copied).
     overlay: HashMap<(Kind, [u8; 16]), fjall::Slice>,

@@ -31,6 +31,7 @@ mod report_tests;
 mod reports;
 pub mod store;
 mod uuid_keys;
+mod writes;
 
 use std::sync::Arc;
 

@@ -23,6 +23,7 @@
 use std::collections::HashMap;
 
 use super::store::{decode, encode, numbers, HistoryStore, Open, StoreError};
+use super::writes::Writes;
 use crate::commerce::payment::PaymentMoveKind;
 use crate::ledger::transfer::{settle_move, TransferState};
 use crate::shard::event::Event;
@@ -66,7 +67,7 @@ impl MoveOverlay {
     fn put(
         &mut self,
         open: &Open,
-        writes: &mut fjall::OwnedWriteBatch,
+        writes: &mut Writes,
         record: &MoveRecord,
     ) -> Result<(), StoreError> {
         let key = move_key(record.key());
@@ -81,7 +82,7 @@ impl MoveOverlay {
     pub(crate) fn file(
         &mut self,
         open: &Open,
-        writes: &mut fjall::OwnedWriteBatch,
+        writes: &mut Writes,
         event: &Event,
         refiling: bool,
     ) -> Result<(), StoreError> {
@@ -126,7 +127,7 @@ impl MoveOverlay {
     fn reserve(
         &mut self,
         open: &Open,
-        writes: &mut fjall::OwnedWriteBatch,
+        writes: &mut Writes,
         record: &MoveRecord,
         refiling: bool,
     ) -> Result<bool, StoreError> {
@@ -140,7 +141,7 @@ impl MoveOverlay {
     fn settle(
         &mut self,
         open: &Open,
-        writes: &mut fjall::OwnedWriteBatch,
+        writes: &mut Writes,
         key: MoveKey,
         to: TransferState,
         at_ms: i64,
@@ -311,14 +312,10 @@ impl HistoryStore {
     /// One write batch of move records, committed if `work` succeeds.
     fn with_move_batch(
         &self,
-        work: impl FnOnce(
-            &Open,
-            &mut fjall::OwnedWriteBatch,
-            &mut MoveOverlay,
-        ) -> Result<(), StoreError>,
+        work: impl FnOnce(&Open, &mut Writes, &mut MoveOverlay) -> Result<(), StoreError>,
     ) -> Result<(), StoreError> {
         self.with(|open| {
-            let mut writes = open.db.batch();
+            let mut writes = Writes::new(&open.db);
             work(open, &mut writes, &mut MoveOverlay::default())?;
             writes.commit()?;
             Ok(())

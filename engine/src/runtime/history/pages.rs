@@ -25,6 +25,7 @@
 
 use super::epochs::{record_of, wallet_records, Rows};
 use super::store::{key3, numbers, Open, StoreError};
+use super::writes::Writes;
 use crate::values::ids::WalletId;
 
 /// Records per directory key.
@@ -350,7 +351,7 @@ pub(crate) fn complete_directory(
         .into_iter()
         .zip(records)
     {
-        let mut writes = open.db.batch();
+        let mut writes = Writes::new(&open.db);
         let mut pending = 0usize;
         let mut current: Option<(u64, u64)> = None; // (wallet, next ordinal)
         for guard in keyspace.iter() {
@@ -372,7 +373,7 @@ pub(crate) fn complete_directory(
             keys_read += 1;
             if pending >= COMMIT_EVERY {
                 writes.commit()?;
-                writes = open.db.batch();
+                writes = Writes::new(&open.db);
                 pending = 0;
             }
             if keys_read.is_multiple_of(1_000_000) {
@@ -381,7 +382,7 @@ pub(crate) fn complete_directory(
         }
         writes.commit()?;
     }
-    let mut writes = open.db.batch();
+    let mut writes = Writes::new(&open.db);
     writes.insert(&open.meta, PAGES_COMPLETE, Vec::new());
     writes.commit()?;
     open.db.persist(fjall::PersistMode::SyncData)?;
@@ -419,7 +420,7 @@ mod tests {
         let store = HistoryStore::open(dir.path(), 1 << 20).unwrap();
         store
             .with(|open| {
-                let mut writes = open.db.batch();
+                let mut writes = Writes::new(&open.db);
                 let mut epochs = EpochsSeen::default();
                 let kind = Paged::Entry as u64;
                 for wallet in [6u64, 8] {
@@ -532,7 +533,7 @@ mod tests {
                 assert_eq!(count_for_read(open, 7, Paged::Entry)?, total);
                 assert_eq!(counted(open).get(&7), Some(&[None, Some(total), None]));
                 // Two more records filed behind the indexer's back: only a scan would see them.
-                let mut writes = open.db.batch();
+                let mut writes = Writes::new(&open.db);
                 for ordinal in total..total + 2 {
                     writes.insert(&open.entries, record_key(7, id_of(ordinal)), [7u8; 40]);
                 }
@@ -574,7 +575,7 @@ mod tests {
                 let wide = open
                     .db
                     .keyspace(wide_entries, || keyspace_options(wide_entries))?;
-                let mut writes = open.db.batch();
+                let mut writes = Writes::new(&open.db);
                 for row in open.entries.iter() {
                     let (key, value) = row.into_inner()?;
                     let (wallet, id) = record_of(&key)?;
@@ -635,7 +636,7 @@ mod tests {
         store
             .with(|open| {
                 let ordinal = BLOCK + 1;
-                let mut writes = open.db.batch();
+                let mut writes = Writes::new(&open.db);
                 writes.insert(
                     &open.pages,
                     directory_key(7, Paged::Entry, BLOCK),

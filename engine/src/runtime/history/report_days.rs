@@ -35,6 +35,7 @@ use rust_decimal::Decimal;
 use serde::{Deserialize, Serialize};
 
 use super::store::{decode, encode, time_key, HistoryStore, Open, StoreError};
+use super::writes::Writes;
 use crate::commerce::payment::{Payment, PaymentStatus};
 use crate::commerce::payout::{Payout, PayoutStatus, Settlement, SettlementStatus, DAY_MS};
 use crate::ledger::transaction::Transaction;
@@ -435,11 +436,7 @@ impl ReportBatch {
     }
 
     /// Adds the batch's rows and subjects to `writes` (a row whose count fell to zero is removed).
-    pub(crate) fn write(
-        self,
-        open: &Open,
-        writes: &mut fjall::OwnedWriteBatch,
-    ) -> Result<(), StoreError> {
+    pub(crate) fn write(self, open: &Open, writes: &mut Writes) -> Result<(), StoreError> {
         for (key, tally) in self.days {
             if tally.count == 0 {
                 if !tally.total.is_zero() {
@@ -748,7 +745,7 @@ impl HistoryStore {
     pub fn build_reports(&self, recount: Recount) -> Result<(), StoreError> {
         const COMMIT_EVERY: usize = 100_000;
         self.with(|open| {
-            let mut writes = open.db.batch();
+            let mut writes = Writes::new(&open.db);
             let mut pending = 0usize;
             for keyspace in [&open.report_days, &open.report_subjects] {
                 for guard in keyspace.iter() {
@@ -756,13 +753,13 @@ impl HistoryStore {
                     pending += 1;
                     if pending >= COMMIT_EVERY {
                         writes.commit()?;
-                        writes = open.db.batch();
+                        writes = Writes::new(&open.db);
                         pending = 0;
                     }
                 }
             }
             writes.commit()?;
-            writes = open.db.batch();
+            writes = Writes::new(&open.db);
             pending = 0;
             let days = recount
                 .days
@@ -784,7 +781,7 @@ impl HistoryStore {
                     pending += 1;
                     if pending >= COMMIT_EVERY {
                         writes.commit()?;
-                        writes = open.db.batch();
+                        writes = Writes::new(&open.db);
                         pending = 0;
                     }
                 }
@@ -834,7 +831,7 @@ impl HistoryStore {
     #[cfg(test)]
     pub(crate) fn forget_reports(&self) -> Result<(), StoreError> {
         self.with(|open| {
-            let mut writes = open.db.batch();
+            let mut writes = Writes::new(&open.db);
             for keyspace in [&open.report_days, &open.report_subjects] {
                 for guard in keyspace.iter() {
                     writes.remove(keyspace, guard.key()?.to_vec());

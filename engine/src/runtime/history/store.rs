@@ -62,6 +62,7 @@ use super::epochs::{entry_of_time_key, record_key, wallet_entry_times, wallet_re
 use super::pages::{
     count_for_read, count_of, directory_keys, newest_first_raw, newest_merged_raw, Paged, BLOCK,
 };
+use super::writes::Writes;
 use crate::commerce::payment::{Payment, PaymentLink, QrCode};
 use crate::commerce::payout::{Payout, Settlement, SettlementStatus};
 use crate::commerce::state::Commerce;
@@ -1337,7 +1338,7 @@ impl HistoryStore {
         shards: impl Iterator<Item = &'a Commerce>,
     ) -> Result<(), StoreError> {
         self.with(|open| {
-            let mut writes = open.db.batch();
+            let mut writes = Writes::new(&open.db);
             for commerce in shards {
                 let mut all = Vec::new();
                 for payment in commerce.payments.values() {
@@ -1381,7 +1382,7 @@ impl HistoryStore {
 /// release).
 #[cfg(test)]
 fn forget(open: &Open, keyspaces: &[&fjall::Keyspace], mark: &[u8]) -> Result<(), StoreError> {
-    let mut writes = open.db.batch();
+    let mut writes = Writes::new(&open.db);
     for keyspace in keyspaces {
         for item in keyspace.iter() {
             writes.remove(keyspace, item.key()?.to_vec());

@@ -14,6 +14,7 @@
 
 use std::collections::HashMap;
 
+use super::writes::Writes;
 use crate::runtime::history::store::{HistoryStore, Open, StoreError};
 use crate::values::ids::{Uuid, UuidKind};
 use crate::values::sealed::UuidKey;
@@ -70,7 +71,7 @@ impl UuidKeys {
     pub(crate) fn file(
         &mut self,
         open: &Open,
-        writes: &mut fjall::OwnedWriteBatch,
+        writes: &mut Writes,
         shard: u32,
         key: UuidKey,
     ) -> Result<(), StoreError> {

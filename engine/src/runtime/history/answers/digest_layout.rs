@@ -28,6 +28,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::super::store::{decode, StoreError};
 use super::{digest, Named, StoredAnswer};
+use crate::runtime::history::writes::Writes;
 
 /// The layout's keyspaces.
 pub(crate) const KEYSPACES: [&str; 2] = ["answers_by_digest", "answers_by_lsn"];
@@ -218,7 +219,7 @@ pub(crate) fn purge(
         Some(key) => Bound::Excluded(key.to_vec()),
         None => Bound::Unbounded,
     };
-    let mut writes = db.batch();
+    let mut writes = Writes::new(db);
     let mut removed = 0;
     let mut walked = 0;
     let mut last = None;
@@ -319,7 +320,7 @@ mod tests {
         store
             .with(|open| {
                 let layout = open.digest_layout.as_ref().unwrap();
-                let mut writes = open.db.batch();
+                let mut writes = Writes::new(&open.db);
                 let mut entries = Vec::new();
                 for (lsn, answer, name) in answers {
                     let digest = digest(name);

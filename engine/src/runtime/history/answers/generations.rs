@@ -58,6 +58,7 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 use super::super::store::StoreError;
+use crate::runtime::history::writes::Writes;
 
 /// The name of a generation's keyspace: this prefix and its start (unix ms).
 pub(crate) const PREFIX: &str = "answers_from_";
@@ -96,7 +97,7 @@ impl Generation {
     pub(crate) fn write_latest(
         &self,
         meta: &fjall::Keyspace,
-        writes: &mut fjall::OwnedWriteBatch,
+        writes: &mut Writes,
         at_ms: i64,
     ) -> bool {
         let later = at_ms > self.latest_ms.load(Ordering::Relaxed);
@@ -520,7 +521,7 @@ mod tests {
         fn file(&self, generations: &Generations, at: i64) -> Target {
             let target = generations.target(&self.db, options, at).unwrap().unwrap();
             assert!(target.holds(at));
-            let mut writes = self.db.batch();
+            let mut writes = Writes::new(&self.db);
             target.generation.write_latest(&self.meta, &mut writes, at);
             writes.commit().unwrap();
             target.generation.committed(at);
