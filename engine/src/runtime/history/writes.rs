@@ -22,6 +22,10 @@ pub(crate) struct Writes {
 }
 
 struct Item {
+    /// The key's first 24 bytes as two integers (most keys are no longer), then the item's
+    /// position in the batch: what the sort compares, the whole key only on a tie of the first.
+    head: (u128, u64),
+    at: usize,
     keyspace: fjall::Keyspace,
     key: fjall::UserKey,
     /// `None` removes the key.
@@ -42,53 +46,53 @@ impl Writes {
         key: K,
         value: V,
     ) {
-        self.items.push(Item {
-            keyspace: keyspace.clone(),
-            key: key.into(),
-            value: Some(value.into()),
-        });
+        self.push(keyspace, key.into(), Some(value.into()));
     }
 
     pub(crate) fn remove<K: Into<fjall::UserKey>>(&mut self, keyspace: &fjall::Keyspace, key: K) {
+        self.push(keyspace, key.into(), None);
+    }
+
+    fn push(
+        &mut self,
+        keyspace: &fjall::Keyspace,
+        key: fjall::UserKey,
+        value: Option<fjall::UserValue>,
+    ) {
+        let (mut high, mut low) = ([0u8; 16], [0u8; 8]);
+        for (slot, byte) in high.iter_mut().chain(&mut low).zip(key.iter()) {
+            *slot = *byte;
+        }
         self.items.push(Item {
+            head: (u128::from_be_bytes(high), u64::from_be_bytes(low)),
+            at: self.items.len(),
             keyspace: keyspace.clone(),
-            key: key.into(),
-            value: None,
+            key,
+            value,
         });
     }
 
     /// Commits every write atomically, in key order (input already in order, such as a layout
     /// copy's, costs the sort one pass).
     pub(crate) fn commit(self) -> fjall::Result<()> {
-        let Writes { db, items } = self;
+        let Writes { db, mut items } = self;
         if items.is_empty() {
             return Ok(());
         }
-        // Each key's first 24 bytes as two integers (most keys are no longer), the whole key
-        // and then the position only on a tie: a stable order that rarely compares slices
-        // (sorting by the slices cost the indexer as much as the ordered inserts saved).
-        let mut order: Vec<(u128, u64, usize, Item)> = items
-            .into_iter()
-            .enumerate()
-            .map(|(at, item)| {
-                let (mut high, mut low) = ([0u8; 16], [0u8; 8]);
-                for (slot, byte) in high.iter_mut().chain(&mut low).zip(item.key.iter()) {
-                    *slot = *byte;
-                }
-                (u128::from_be_bytes(high), u64::from_be_bytes(low), at, item)
-            })
-            .collect();
-        order.sort_unstable_by(|a, b| {
-            (a.0, a.1)
-                .cmp(&(b.0, b.1))
-                .then_with(|| a.3.key.cmp(&b.3.key))
-                .then(a.2.cmp(&b.2))
+        // The position breaks every tie, so this unstable sort keeps writes of one key in the
+        // order written (sorting by the slices alone cost the indexer as much as the ordered
+        // inserts saved).
+        items.sort_unstable_by(|a, b| {
+            a.head
+                .cmp(&b.head)
+                .then_with(|| a.key.cmp(&b.key))
+                .then(a.at.cmp(&b.at))
         });
         // `Database::batch`, not `WriteBatch::with_capacity`: only the former asks the commit
         // to hand the journal's buffer to the OS, which the store's durability rests on (a
         // killed process loses nothing it committed; `super::store`, "Durability").
         let mut batch = db.batch();
-        for (_, _, _, item) in order {
+        for item in items {
             match item.value {
                 Some(value) => batch.insert(&item.keyspace, item.key, value),
                 None => batch.remove(&item.keyspace, item.key),
