@@ -24,7 +24,14 @@ use crate::values::error::{encode_versioned, DecodeError, EncodeError};
 /// version that can hold its events (the newest of their [`Event::format_version`]s), so a
 /// binary that predates the commerce events still reads every record without them and refuses
 /// the others by their version, naming it, instead of failing to parse them.
-pub const JOURNAL_FORMAT_VERSION: u8 = 6;
+pub const JOURNAL_FORMAT_VERSION: u8 = 7;
+
+/// The version every entry is written with at least: its postings are stamped no earlier than
+/// any entry before them on the shard (`Shard::posted_at_floor_ms`), so the history store needs
+/// no date index of their entries (`runtime::history::dated`). Entries of lower versions may
+/// not be in time order, and the store keeps a date index of theirs. A binary before it refuses
+/// these entries by their version, as it must: it would post out of order after them.
+pub const POSTED_AT_FLOOR_VERSION: u8 = 7;
 
 /// The version of an entry holding more than one idempotency entry (a coalesced record): a
 /// binary that reads only version 5 would otherwise fail on it as a malformed option tag.
@@ -73,7 +80,11 @@ impl JournalEntry {
     /// Encodes the entry as one WAL record, or says why it could not (a bug): the caller fails
     /// the command instead of appending an empty record that replay would refuse.
     pub fn encode(&self) -> Result<Vec<u8>, EncodeError> {
-        encode_versioned(self, &[self.format_version()], "journal entry")
+        encode_versioned(
+            self,
+            &[self.format_version().max(POSTED_AT_FLOOR_VERSION)],
+            "journal entry",
+        )
     }
 
     /// The version this entry is written with: 1 unless an event, or more than one key, needs

@@ -12,8 +12,14 @@
 //!            payment credits in uuid order, then (version 3) the refused payment credits in
 //!            uuid order, then (version 5) the in-transit totals of finished cross-shard moves
 //!            in currency order, then (version 6) the shard's uuid key, if chosen, then
-//!            (version 7) the atomic transfer batches prepared and not closed, in uuid order
+//!            (version 7) the atomic transfer batches prepared and not closed, in uuid order,
+//!            then (version 8) the latest time an entry was posted at (`i64`)
 //! ```
+//!
+//! Version 8 added the posting floor (`Shard::posted_at_floor_ms`): no entry is stamped
+//! earlier than one before it on the shard, and a restart must keep that true. Versions 1 to 7
+//! load with none known (`i64::MIN`); entries logged by builds before the floor carry a record
+//! format that says so (`runtime::journal`), and the history store keeps a date index of those.
 //!
 //! Version 7 added the open atomic batches (`runtime::atomic_batch`): their transfers are
 //! settled by the batch as a whole, so a restart from the snapshot must know them. Versions 1
@@ -44,8 +50,12 @@
 //!
 //! # Digest
 //!
-//! [`Shard::state_digest`] is SHA-256 over exactly the bytes [`Shard::snapshot_bytes`] would produce,
-//! streamed into the hasher without building them. Everything serialised is in a canonical order
+//! [`Shard::state_digest`] is SHA-256 over exactly the bytes [`Shard::snapshot_bytes`] would produce
+//! with the posting floor unknown (`i64::MIN`), streamed into the hasher without building them:
+//! the floor bounds the next posting's time and is not ledger state, and `walletd replay
+//! --from-archive --verify` compares a shard rebuilt from the first record (which knows it
+//! exactly) with one restarted from a snapshot older than format 8 (which knows it only from
+//! the entries since). Everything serialised is in a canonical order
 //! (vectors in id order, `BTreeMap`s; no `HashMap`), so equal states have equal digests, and a
 //! snapshot round trip preserves the digest.
 
@@ -69,7 +79,7 @@ use crate::values::ids::{IdSpace, Uuid};
 use crate::values::sealed::UuidKey;
 
 /// First byte of every snapshot.
-pub const SNAPSHOT_FORMAT_VERSION: u8 = 7;
+pub const SNAPSHOT_FORMAT_VERSION: u8 = 8;
 
 #[derive(Serialize)]
 struct SnapshotRef<'a> {
@@ -86,6 +96,7 @@ struct SnapshotRef<'a> {
     transit: &'a BTreeMap<Currency, TransitTotals>,
     uuid_key: Option<UuidKey>,
     prepared_batches: &'a BTreeMap<Uuid, PreparedBatch>,
+    posted_at_floor_ms: i64,
 }
 
 /// Everything before the commerce state: all of version 1. Postcard encodes a struct as its
@@ -153,6 +164,17 @@ type SnapshotV7 = (
     BTreeMap<Currency, TransitTotals>,
     Option<UuidKey>,
     BTreeMap<Uuid, PreparedBatch>,
+);
+
+/// Version 8: version 7 and the posting floor.
+type SnapshotV8 = (
+    SnapshotOwned<Wallet>,
+    Commerce,
+    BTreeMap<Uuid, RefusedPaymentCredit>,
+    BTreeMap<Currency, TransitTotals>,
+    Option<UuidKey>,
+    BTreeMap<Uuid, PreparedBatch>,
+    i64,
 );
 
 /// A wallet as versions 1 to 3 wrote it: the whole history, without counts.
@@ -297,6 +319,7 @@ impl Shard {
             transit: &self.transit,
             uuid_key: self.uuid_key,
             prepared_batches: &self.prepared_batches,
+            posted_at_floor_ms: self.posted_at_floor_ms,
         }
     }
 
@@ -308,6 +331,19 @@ impl Shard {
             &[SNAPSHOT_FORMAT_VERSION],
             "shard snapshot",
         )
+    }
+
+    /// This state as a version 7 snapshot (without the posting floor), for tests of reading old
+    /// snapshots.
+    #[cfg(test)]
+    pub(crate) fn version_7_snapshot_bytes(&self) -> Vec<u8> {
+        let mut bytes = self.snapshot_bytes().unwrap_or_default();
+        let floor = postcard::to_allocvec(&self.posted_at_floor_ms).unwrap_or_default();
+        bytes.truncate(bytes.len().saturating_sub(floor.len()));
+        if let Some(version) = bytes.first_mut() {
+            *version = 7;
+        }
+        bytes
     }
 
     /// This state as a version 3 snapshot (the whole history in memory), for tests of reading
@@ -347,7 +383,14 @@ impl Shard {
     pub fn state_digest(&self) -> Hash {
         let mut hasher = Sha256::new();
         hasher.update([SNAPSHOT_FORMAT_VERSION]);
-        match postcard::serialize_with_flavor(&self.snapshot_ref(), HashFlavor(hasher)) {
+        // The posting floor is a bound on the next posting's time, not ledger state, and a
+        // shard rebuilt from the first record knows it exactly where one restarted from an
+        // older snapshot knows it only from the entries since: not part of the digest.
+        let state = SnapshotRef {
+            posted_at_floor_ms: i64::MIN,
+            ..self.snapshot_ref()
+        };
+        match postcard::serialize_with_flavor(&state, HashFlavor(hasher)) {
             Ok(hasher) => Hash(hasher.finalize().into()),
             Err(_) => Hash::ZERO,
         }
@@ -361,6 +404,7 @@ impl Shard {
         let mut transit = None;
         let mut uuid_key = None;
         let mut prepared_batches = BTreeMap::new();
+        let mut posted_at_floor_ms = i64::MIN;
         let ((snapshot, commerce), rest): (Parts, &[u8]) = match *version {
             1 => {
                 let (snapshot, rest): (SnapshotOwned<LegacyWallet>, _) =
@@ -399,7 +443,7 @@ impl Shard {
                 uuid_key = key;
                 ((snapshot, commerce), rest)
             }
-            SNAPSHOT_FORMAT_VERSION => {
+            7 => {
                 let ((snapshot, mut commerce, refused, totals, key, batches), rest): (
                     SnapshotV7,
                     _,
@@ -408,6 +452,18 @@ impl Shard {
                 transit = Some(totals);
                 uuid_key = key;
                 prepared_batches = batches;
+                ((snapshot, commerce), rest)
+            }
+            SNAPSHOT_FORMAT_VERSION => {
+                let ((snapshot, mut commerce, refused, totals, key, batches, floor), rest): (
+                    SnapshotV8,
+                    _,
+                ) = postcard::take_from_bytes(body).map_err(malformed)?;
+                commerce.refused_credits = refused;
+                transit = Some(totals);
+                uuid_key = key;
+                prepared_batches = batches;
+                posted_at_floor_ms = floor;
                 ((snapshot, commerce), rest)
             }
             other => return Err(DecodeError::UnsupportedVersion(other)),
@@ -421,6 +477,7 @@ impl Shard {
         shard.next_entry_seq = snapshot.next_entry_seq;
         shard.next_hold_seq = snapshot.next_hold_seq;
         shard.uuid_key = uuid_key;
+        shard.posted_at_floor_ms = posted_at_floor_ms;
         shard.index = build_indexes(&shard, &snapshot.wallets)?;
         shard.wallets = snapshot.wallets;
         for (uuid, transfer) in &snapshot.transfers_out {

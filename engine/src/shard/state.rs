@@ -264,6 +264,12 @@ pub struct Shard {
     /// Atomic transfer batches prepared here and not closed, by batch uuid
     /// (`runtime::atomic_batch`): in memory until closed, and in the snapshot.
     pub(crate) prepared_batches: BTreeMap<Uuid, PreparedBatch>,
+    /// The latest `created_at_ms` of any entry posted on this shard (`i64::MIN`: none known).
+    /// A posting is never stamped earlier (`ledger::posting`), so each wallet's entries are in
+    /// time order as they are in id order, and the history store finds a period's entries by
+    /// searching the wallet's entries instead of keeping a date index of them
+    /// (`runtime::history::dated`). In the snapshot from version 8.
+    pub(crate) posted_at_floor_ms: i64,
 }
 
 impl Shard {
@@ -299,6 +305,7 @@ impl Shard {
             finals_leave: true,
             uuid_key: None,
             prepared_batches: BTreeMap::new(),
+            posted_at_floor_ms: i64::MIN,
         }
     }
 

@@ -605,8 +605,14 @@ fn a_version_1_snapshot_loads_with_empty_commerce_state() {
     let mut h = Harness::new();
     let wallet = h.create(1, "USD");
     h.deposit(wallet, "10");
-    assert_eq!(crate::SNAPSHOT_FORMAT_VERSION, 7);
-    // Versions before 6 carry no uuid key: compare with the shard's state without its key.
+    assert_eq!(crate::SNAPSHOT_FORMAT_VERSION, 8);
+    // Versions before 8 carry no posting floor, before 6 no uuid key: compare with the shard's
+    // state without them.
+    assert!(
+        h.shard.posted_at_floor_ms > i64::MIN,
+        "the deposit set the floor"
+    );
+    h.shard.posted_at_floor_ms = i64::MIN;
     let key = h.shard.uuid_key.take();
     assert!(key.is_some(), "the deposit sealed its transaction's uuid");
     let v3 = h.shard.version_3_snapshot_bytes();
@@ -628,7 +634,7 @@ fn a_version_1_snapshot_loads_with_empty_commerce_state() {
     let loaded = Shard::from_snapshot_bytes(&v2).unwrap();
     assert_eq!(loaded.state_digest(), h.shard.state_digest());
     // A version 1 body with a commerce tail is refused (trailing bytes); a version 3 body read
-    // as version 4 does not decode (the wallet's history changed shape); version 8 is unknown.
+    // as version 4 does not decode (the wallet's history changed shape).
     let mut padded = v3.clone();
     padded[0] = 1;
     assert!(Shard::from_snapshot_bytes(&padded).is_err());
@@ -638,8 +644,10 @@ fn a_version_1_snapshot_loads_with_empty_commerce_state() {
     // Version 6 is version 7 without the open batches (here none: 1 byte), version 5 is
     // version 6 without the uuid key (here none: 1 byte), version 4 is version 5 without the
     // in-transit totals (here an empty map: 1 byte).
-    let v7 = h.shard.snapshot_bytes().unwrap();
+    let v7 = h.shard.version_7_snapshot_bytes();
     assert_eq!(v7[v7.len() - 3..], [0, 0, 0]);
+    let loaded = Shard::from_snapshot_bytes(&v7).unwrap();
+    assert_eq!(loaded.state_digest(), h.shard.state_digest());
     let mut v6 = v7[..v7.len() - 1].to_vec();
     v6[0] = 6;
     let loaded = Shard::from_snapshot_bytes(&v6).unwrap();
@@ -658,10 +666,10 @@ fn a_version_1_snapshot_loads_with_empty_commerce_state() {
     assert_eq!(loaded.uuid_key, key);
     assert_eq!(loaded.state_digest(), h.shard.state_digest());
     let mut future = v3;
-    future[0] = 8;
+    future[0] = 9;
     assert_eq!(
         Shard::from_snapshot_bytes(&future).unwrap_err(),
-        crate::DecodeError::UnsupportedVersion(8)
+        crate::DecodeError::UnsupportedVersion(9)
     );
 }
 

@@ -399,7 +399,7 @@ fn a_version_4_snapshot_derives_the_in_transit_totals_from_its_records() {
         transfer_uuid: reserved.uuid,
     });
     for shard in [&a.shard, &b.shard] {
-        let mut bytes = shard.snapshot_bytes().unwrap();
+        let mut bytes = shard.version_7_snapshot_bytes();
         // Version 7 = version 6 + the open batches; version 6 = version 5 + the uuid key;
         // version 5 = version 4 + the totals: one currency is a length byte and the entry.
         let batches = postcard::to_allocvec(shard.prepared_batches()).unwrap();

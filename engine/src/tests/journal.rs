@@ -1,10 +1,45 @@
 //! The journal record's version byte: the lowest version that holds the entry's events, so an
-//! older binary refuses a record it cannot read by its version instead of misparsing it.
+//! older binary refuses a record it cannot read by its version instead of misparsing it. From
+//! version 7 every entry is written at 7 at least (its postings are stamped at the shard's
+//! floor); the tests of what each older version could hold label entries as older builds did.
 
 use super::commerce_support::{initiate, merchant_wallet, pay};
 use super::Harness;
-use crate::runtime::journal::{IdempotencyRecord, JournalEntry, JOURNAL_FORMAT_VERSION};
+use crate::runtime::journal::{
+    IdempotencyRecord, JournalEntry, JOURNAL_FORMAT_VERSION, POSTED_AT_FLOOR_VERSION,
+};
 use crate::values::error::DecodeError;
+
+/// The entry labelled with the lowest version that holds it, as builds before
+/// [`POSTED_AT_FLOOR_VERSION`] wrote it.
+fn labelled(entry: &JournalEntry) -> Vec<u8> {
+    let written = entry.encode().unwrap();
+    assert_eq!(
+        written[0],
+        entry.format_version().max(POSTED_AT_FLOOR_VERSION)
+    );
+    let mut bytes = vec![entry.format_version()];
+    bytes.extend_from_slice(&written[1..]);
+    bytes
+}
+
+#[test]
+fn every_entry_is_written_at_the_posting_floor_version_at_least() {
+    let mut h = Harness::new();
+    let payer = h.create(1, "YER");
+    h.deposit(payer, "50.00");
+    let mark = h.log.len();
+    h.deposit(payer, "5.00");
+    let plain = entry(&h, mark);
+    assert_eq!(plain.format_version(), 1);
+    let bytes = plain.encode().unwrap();
+    assert_eq!(bytes[0], POSTED_AT_FLOOR_VERSION);
+    assert_eq!(JournalEntry::decode(&bytes).unwrap(), plain);
+    // An older build's label still reads: what it logged is the same bytes after the version.
+    let mut older = bytes;
+    older[0] = 1;
+    assert_eq!(JournalEntry::decode(&older).unwrap(), plain);
+}
 
 /// The events the harness logged from position `from` on.
 fn entry(h: &Harness, from: usize) -> JournalEntry {
@@ -36,7 +71,7 @@ fn entries_carry_the_lowest_version_that_holds_their_events() {
         "{:?}",
         keyed.events
     );
-    let bytes = keyed.encode().unwrap();
+    let bytes = labelled(&keyed);
     assert_eq!(bytes[0], 4, "the uuid key needs version 4");
     assert_eq!(JournalEntry::decode(&bytes).unwrap(), keyed);
     let mut older = bytes.clone();
@@ -46,7 +81,7 @@ fn entries_carry_the_lowest_version_that_holds_their_events() {
     let mark = h.log.len();
     h.deposit(payer, "5.00");
     let plain = entry(&h, mark);
-    let bytes = plain.encode().unwrap();
+    let bytes = labelled(&plain);
     assert_eq!(
         bytes[0], 1,
         "wallet and deposit events need no more than version 1"
@@ -60,7 +95,7 @@ fn entries_carry_the_lowest_version_that_holds_their_events() {
         payment_uuid: payment.uuid,
     });
     let commerce = entry(&h, mark);
-    let bytes = commerce.encode().unwrap();
+    let bytes = labelled(&commerce);
     assert_eq!(bytes[0], 2, "commerce events need version 2");
     assert_eq!(JournalEntry::decode(&bytes).unwrap(), commerce);
 
@@ -76,13 +111,13 @@ fn entries_carry_the_lowest_version_that_holds_their_events() {
         directory: Vec::new(),
         idempotency: Vec::new(),
     };
-    let bytes = refused.encode().unwrap();
+    let bytes = labelled(&refused);
     assert_eq!(bytes[0], 3);
     assert_eq!(JournalEntry::decode(&bytes).unwrap(), refused);
     let mut older = bytes.clone();
     older[0] = 2;
     assert!(JournalEntry::decode(&older).is_err());
-    let bytes = commerce.encode().unwrap();
+    let bytes = labelled(&commerce);
     assert_eq!(JournalEntry::decode(&bytes).unwrap(), commerce);
 
     // Labelled version 1, it would claim to hold only what version 1 knew: refused.
@@ -144,7 +179,7 @@ fn an_entry_with_one_key_encodes_as_the_optional_key_did() {
             idempotency: key.into_iter().collect(),
         };
         let older_bytes = postcard::to_allocvec(&older).unwrap();
-        let bytes = now.encode().unwrap();
+        let bytes = labelled(&now);
         assert_eq!(bytes[0], 1, "one key or none needs no newer version");
         assert_eq!(&bytes[1..], &older_bytes[..], "the same bytes as before");
         let mut logged_before = vec![1];
@@ -161,7 +196,7 @@ fn an_entry_with_several_keys_needs_version_6() {
         directory: Vec::new(),
         idempotency: vec![record("k1"), record("k2")],
     };
-    let bytes = entry.encode().unwrap();
+    let bytes = labelled(&entry);
     assert_eq!(bytes[0], 6);
     assert_eq!(JournalEntry::decode(&bytes).unwrap(), entry);
     // Labelled 5, it claims what version 5 could hold: refused, not misread.

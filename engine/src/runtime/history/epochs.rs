@@ -17,7 +17,7 @@
 //! holds          epoch(id) | wallet | hold id               -> Hold
 //! entry_times    epoch(t) | wallet | t | entry id           -> ()   t: created_at as a time key
 //! wallet_epochs  wallet | kind | epoch                      -> ()   the epochs a wallet has records in
-//! meta           "layout"                                   -> 7    this layout: 20-byte record keys, answers in generations, no `counts` (6: 24-byte record keys; 5: answers by digest, their purge index grouped; 4: one purge key per answer; 3: with `counts`; 2: before answers by digest; absent: wallet-first)
+//! meta           "layout"                                   -> 8    this layout: entries at the posting floor not in `entry_times` (7: every entry in it; 20-byte record keys, answers in generations, no `counts`; 6: 24-byte record keys; 5: answers by digest, their purge index grouped; 4: one purge key per answer; 3: with `counts`; 2: before answers by digest; absent: wallet-first)
 //! ```
 //!
 //! A record key is 20 bytes, `epoch (4) | wallet (8) | id (8)` ([`record_key`]): fjall keeps keys
@@ -80,8 +80,14 @@ pub(crate) const LAYOUT_ANSWER_GENERATIONS: u8 = 6;
 /// ([`copy_wide_records`]). The number changed so that a walletd from before refuses the
 /// store: it would file into its 24-byte keyspaces, which this layout no longer reads.
 pub(crate) const LAYOUT_RECORD_KEYS_INLINE: u8 = 7;
+/// Layout 7 without date index keys for entries posted at the shard's floor (journal format 7
+/// and up), found by a search of the wallet's entries instead, and with a marker per wallet
+/// where they start after indexed ones ([`super::dated`]). A layout 7 store is one with every
+/// entry indexed: it needs no copy, only the mark. The number changed so that a walletd from
+/// before refuses the store: it would find none of these entries by date.
+pub(crate) const LAYOUT_DATED_BY_FLOOR: u8 = 8;
 /// The layout this walletd writes.
-pub(crate) const LAYOUT_CURRENT: u8 = LAYOUT_RECORD_KEYS_INLINE;
+pub(crate) const LAYOUT_CURRENT: u8 = LAYOUT_DATED_BY_FLOOR;
 /// The way out of a store this walletd refuses to open.
 const REBUILD: &str = "Move the data dir's history/ aside and start walletd: it rebuilds the \
                        store from the log (or, if the log no longer starts at LSN 1, run \
@@ -331,6 +337,12 @@ pub(crate) fn upgrade_layout(open: &Open) -> Result<(), StoreError> {
         .any(|name| open.db.keyspace_exists(name));
     match open.meta.get(LAYOUT)? {
         Some(layout) if layout.as_ref() == [LAYOUT_CURRENT] => {}
+        // Every entry of a layout 7 store is in the date index, which is what layout 8 reads
+        // for entries logged before the floor.
+        Some(layout) if layout.as_ref() == [LAYOUT_RECORD_KEYS_INLINE] => {
+            open.meta.insert(LAYOUT, [LAYOUT_CURRENT])?;
+            open.db.persist(fjall::PersistMode::SyncData)?;
+        }
         // The digest layout of 4 and 5 (answers and their purge index) is read and drained
         // beside the generations filed from now on; the mark is synced before the first
         // generation is written.

@@ -18,6 +18,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use super::answers::AnswerFiler;
+use super::dated;
 use super::epochs::{
     id_epoch, record_key, time_index_key, wallet_records, EpochsSeen, ENTRY_TIMES,
 };
@@ -56,6 +57,16 @@ pub(crate) struct ChainHeads {
     epochs: EpochsSeen,
     /// The shards' uuid keys ([`super::uuid_keys`]).
     keys: UuidKeys,
+    /// Wallets whose entries at the posting floor need no marker (it is written, or they have
+    /// no entry in the date index): [`super::dated`]. Forgotten only between batches, past
+    /// [`CHAIN_HEADS_MAX`]: a marker written in the batch is not yet in the store to be read.
+    ordered: rustc_hash::FxHashSet<u64>,
+    /// Wallets given date index keys by this indexer (entries logged before the floor), which
+    /// the store may not show yet; forgotten with `ordered`.
+    indexed: rustc_hash::FxHashSet<u64>,
+    /// Whether the store filed a record at the floor ([`dated::FLOOR_SINCE`]); `None`: not
+    /// read yet.
+    floor_since: Option<bool>,
 }
 
 impl ChainHeads {
@@ -65,6 +76,9 @@ impl ChainHeads {
         self.scopes.clear();
         self.epochs.clear();
         self.keys.clear();
+        self.ordered.clear();
+        self.indexed.clear();
+        self.floor_since = None;
     }
 }
 
@@ -73,6 +87,9 @@ pub(crate) struct Filed {
     pub(crate) lsn: u64,
     /// The shard whose state the events change.
     pub(crate) shard: u32,
+    /// Whether the record's postings were stamped at the shard's floor (journal format 7 and
+    /// up): its entries need no date index keys ([`super::dated`]).
+    pub(crate) at_floor: bool,
     pub(crate) events: Vec<Event>,
     /// Only answered keys (a pending one is hot state), in the record's order.
     pub(crate) answers: Vec<IdempotencyRecord>,
@@ -85,8 +102,18 @@ impl Filed {
         Filed {
             lsn,
             shard: 0,
+            at_floor: true,
             events,
             answers: Vec::new(),
+        }
+    }
+
+    /// The same record as a build before the posting floor logged it.
+    #[cfg(test)]
+    pub(crate) fn before_floor(self) -> Self {
+        Filed {
+            at_floor: false,
+            ..self
         }
     }
 
@@ -116,6 +143,7 @@ pub(crate) fn file_batch(
             counts: HashMap::default(),
             moves: MoveOverlay::default(),
             shard: 0,
+            at_floor: true,
             scratch: Vec::with_capacity(512),
         };
         let mut reports = open
@@ -125,6 +153,22 @@ pub(crate) fn file_batch(
         let mut answers = AnswerFiler::default();
         for record in records {
             batch.shard = record.shard;
+            batch.at_floor = record.at_floor;
+            let floor_since = match heads.floor_since {
+                Some(known) => known,
+                None => open.meta.get(dated::FLOOR_SINCE)?.is_some(),
+            };
+            if record.at_floor && !floor_since {
+                let lsn = record.lsn.to_be_bytes().to_vec();
+                batch.writes.insert(&open.meta, dated::FLOOR_SINCE, lsn);
+            } else if !record.at_floor && floor_since {
+                return Err(StoreError::Rule(format!(
+                    "record {} was logged before the posting floor (journal format below 7) \
+                     after records at it: an older walletd wrote the log after a newer one",
+                    record.lsn
+                )));
+            }
+            heads.floor_since = Some(floor_since || record.at_floor);
             for event in &record.events {
                 batch.file(event, heads)?;
                 if let Some(reports) = reports.as_mut() {
@@ -173,6 +217,10 @@ pub(crate) fn file_batch(
     if heads.scopes.len() > CHAIN_HEADS_MAX {
         heads.scopes.clear();
     }
+    if heads.ordered.len() + heads.indexed.len() > CHAIN_HEADS_MAX {
+        heads.ordered.clear();
+        heads.indexed.clear();
+    }
     result
 }
 
@@ -204,6 +252,8 @@ struct Batch<'a> {
     moves: MoveOverlay,
     /// The shard of the record being filed.
     shard: u32,
+    /// Whether the record being filed was stamped at the posting floor ([`Filed::at_floor`]).
+    at_floor: bool,
     /// The buffer values are encoded in ([`encode_value`]).
     scratch: Vec<u8>,
 }
@@ -271,7 +321,7 @@ impl Batch<'_> {
     /// The ordinal of `wallet`'s next record of `kind` (its count of them so far, from the
     /// indexer's memory or the store), counted; the record that starts a block of the page
     /// directory also files its id there.
-    fn ordinal(&mut self, wallet: u64, kind: Paged, id: u64) -> Result<(), StoreError> {
+    fn ordinal(&mut self, wallet: u64, kind: Paged, id: u64) -> Result<u64, StoreError> {
         let open = self.open;
         let tally = self.counts.entry(wallet).or_insert_with(|| Tally {
             next: counted(open).get(&wallet).copied().unwrap_or_default(),
@@ -293,6 +343,33 @@ impl Batch<'_> {
                 id.to_be_bytes().to_vec(),
             );
         }
+        Ok(ordinal)
+    }
+
+    /// Files, for an entry posted at the floor (ordinal and id `at`), the wallet's marker if
+    /// it is its first such entry and the wallet has entries in the date index
+    /// ([`super::dated`]).
+    fn mark_ordered(
+        &mut self,
+        heads: &mut ChainHeads,
+        wallet: u64,
+        (ordinal, id): (u64, u64),
+    ) -> Result<(), StoreError> {
+        if heads.ordered.contains(&wallet) {
+            return Ok(());
+        }
+        // Its first entry, or one after entries at the floor only, or after the marker.
+        let needed = ordinal > 0
+            && (heads.indexed.contains(&wallet) || dated::has_indexed_entries(self.open, wallet)?)
+            && self.open.pages.get(dated::marker_key(wallet))?.is_none();
+        if needed {
+            self.writes.insert(
+                &self.open.pages,
+                dated::marker_key(wallet),
+                dated::marker_value(ordinal, id),
+            );
+        }
+        heads.ordered.insert(wallet);
         Ok(())
     }
 
@@ -355,18 +432,25 @@ impl Batch<'_> {
                 };
                 let id = entry.id.0;
                 self.put(Kind::Entry, (w, id), &(prev, entry))?;
-                let times = self.open.entry_times.clone();
-                let (time_key, time_epoch) = time_index_key(w, entry.created_at_ms, id);
-                self.writes.insert(&times, time_key, Vec::new());
                 heads.heads.insert(w, entry.hash);
-                self.ordinal(w, Paged::Entry, id)?;
+                let ordinal = self.ordinal(w, Paged::Entry, id)?;
                 let kind = Paged::Entry as u64;
                 heads
                     .epochs
                     .note(self.open, &mut self.writes, w, kind, id_epoch(id));
-                heads
-                    .epochs
-                    .note(self.open, &mut self.writes, w, ENTRY_TIMES, time_epoch);
+                if self.at_floor {
+                    self.mark_ordered(heads, w, (ordinal, id))?;
+                } else {
+                    // Logged before the posting floor: maybe out of time order, so indexed.
+                    let times = self.open.entry_times.clone();
+                    let (time_key, time_epoch) = time_index_key(w, entry.created_at_ms, id);
+                    self.writes.insert(&times, time_key, Vec::new());
+                    heads
+                        .epochs
+                        .note(self.open, &mut self.writes, w, ENTRY_TIMES, time_epoch);
+                    heads.indexed.insert(w);
+                    heads.ordered.remove(&w);
+                }
             }
             Event::EntryReversed {
                 wallet_id,

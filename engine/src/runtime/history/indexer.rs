@@ -25,7 +25,7 @@ use super::filing::{file_batch, ChainHeads, Filed};
 use super::store::{HistoryStore, StoreError};
 use crate::runtime::clock::Clock;
 use crate::runtime::idempotency::IdempotencyTable;
-use crate::runtime::journal::{IdempotencyRecord, JournalEntry};
+use crate::runtime::journal::{IdempotencyRecord, JournalEntry, POSTED_AT_FLOOR_VERSION};
 use crate::shard::event::Event;
 
 /// Most WAL records filed in one store transaction.
@@ -205,6 +205,9 @@ impl Filer {
         self.pending.push(Filed {
             lsn,
             shard: entry.shard,
+            at_floor: payload
+                .first()
+                .is_some_and(|version| *version >= POSTED_AT_FLOOR_VERSION),
             events: entry.events,
             answers: entry
                 .idempotency

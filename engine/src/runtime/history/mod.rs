@@ -19,6 +19,7 @@
 //! what the log still holds is refused, never served.
 
 pub mod answers;
+mod dated;
 mod epochs;
 pub(crate) mod filing;
 pub mod indexer;

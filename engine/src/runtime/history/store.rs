@@ -58,6 +58,7 @@ use std::path::Path;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
+use super::dated;
 use super::epochs::{entry_of_time_key, record_key, wallet_entry_times, wallet_records};
 use super::pages::{
     count_for_read, count_of, directory_keys, newest_first_raw, newest_merged_raw, Paged, BLOCK,
@@ -900,8 +901,9 @@ impl HistoryStore {
     }
 
     /// A wallet's ledger entries with the hash of the entry before each, newest first, optionally
-    /// only those created within `from_ms..=to_ms` (through the date index, never a scan of the
-    /// whole ledger).
+    /// only those created within `from_ms..=to_ms`: entries posted at the shard's floor by a
+    /// search of the wallet's own entries, older ones through the date index; never a scan of
+    /// the whole ledger (`super::dated`).
     pub fn entries_page(
         &self,
         wallet_id: WalletId,
@@ -911,8 +913,8 @@ impl HistoryStore {
         to_ms: Option<i64>,
     ) -> Result<StorePage<(Hash, LedgerEntry)>, StoreError> {
         self.with(|open| {
+            let total = count_for_read(open, wallet_id.0, Paged::Entry)?;
             if from_ms.is_none() && to_ms.is_none() {
-                let total = count_for_read(open, wallet_id.0, Paged::Entry)?;
                 let records = newest_first(
                     open,
                     Paged::Entry,
@@ -923,36 +925,48 @@ impl HistoryStore {
                 return Ok(StorePage { records, total });
             }
             let w = wallet_id.0;
-            let times = (
-                from_ms.map_or(0, time_key),
-                to_ms.map_or(u64::MAX, time_key),
-            );
-            let skip = usize::try_from(offset).unwrap_or(usize::MAX);
-            let take = usize::try_from(per_page).unwrap_or(usize::MAX);
-            let mut total = 0u64;
-            let mut records = Vec::new();
-            for (index, row) in wallet_entry_times(open, w, times).enumerate() {
-                let (key, _) = row?;
-                total += 1;
-                if index >= skip && records.len() < take {
-                    let entry_id = entry_of_time_key(&key)?;
-                    let entry_key = record_key(w, entry_id);
-                    let bytes = open.entries.get(entry_key)?.ok_or(StoreError::Missing {
-                        what: "entry",
-                        key: format!("{w}/{entry_id}"),
-                    })?;
-                    records.push(decode("entry", &entry_key, &bytes)?);
+            let period = (from_ms.unwrap_or(i64::MIN), to_ms.unwrap_or(i64::MAX));
+            let parts = dated::parts(open, w)?;
+            // The part in time order: ordinals `lo..hi`, newest first.
+            let (lo, hi) = match parts.ordered_from {
+                Some(start) => {
+                    let found = dated::period(open, w, start, total, period)?;
+                    (found.lo, found.hi)
+                }
+                None => (total, total),
+            };
+            let ordered = hi - lo;
+            let take = per_page.min(ordered.saturating_sub(offset));
+            let skip = (total - hi).saturating_add(offset);
+            let mut records: Vec<(Hash, LedgerEntry)> =
+                newest_first(open, Paged::Entry, wallet_id, (total, skip, take), "entry")?;
+            let mut page_total = ordered;
+            // The part before the floor, through the date index.
+            if parts.indexed {
+                let times = (time_key(period.0), time_key(period.1));
+                let skip = offset.saturating_sub(ordered);
+                for (index, row) in wallet_entry_times(open, w, times).enumerate() {
+                    let (key, _) = row?;
+                    page_total += 1;
+                    let index = index as u64;
+                    if index >= skip && (records.len() as u64) < per_page {
+                        records.push(dated::entry(open, w, entry_of_time_key(&key)?)?);
+                    }
                 }
             }
-            Ok(StorePage { records, total })
+            Ok(StorePage {
+                records,
+                total: page_total,
+            })
         })
     }
 
     /// Visits, once each and in no particular order, every transaction of `wallet` with an entry
-    /// on it created within `from_ms..=to_ms`: through the date index, so the cost is the
-    /// period's entries, not the wallet's history. A transaction's entries carry its own
-    /// `created_at_ms` (they are posted by the same command), so these are exactly the wallet's
-    /// transactions created in the range that post to it.
+    /// on it created within `from_ms..=to_ms`: by the same search as a period's entries
+    /// ([`HistoryStore::entries_page`]), so the cost is the period's entries, not the wallet's
+    /// history. A transaction's entries carry its own `created_at_ms` (they are posted by the
+    /// same command), so these are exactly the wallet's transactions created in the range that
+    /// post to it.
     pub fn for_each_transaction_within(
         &self,
         wallet_id: WalletId,
@@ -962,18 +976,10 @@ impl HistoryStore {
         self.with(|open| {
             let w = wallet_id.0;
             let mut seen = std::collections::HashSet::new();
-            for row in wallet_entry_times(open, w, (time_key(from_ms), time_key(to_ms))) {
-                let (key, _) = row?;
-                let entry_id = entry_of_time_key(&key)?;
-                let entry_key = record_key(w, entry_id);
-                let bytes = open.entries.get(entry_key)?.ok_or(StoreError::Missing {
-                    what: "entry",
-                    key: format!("{w}/{entry_id}"),
-                })?;
-                let (_, entry): (Hash, LedgerEntry) = decode("entry", &entry_key, &bytes)?;
+            let mut visit_entry = |entry: &LedgerEntry| -> Result<(), StoreError> {
                 let id = entry.transaction_id.0;
                 if !seen.insert(id) {
-                    continue;
+                    return Ok(());
                 }
                 let transaction: Transaction =
                     get(&open.transactions, record_key(w, id), "transaction")?.ok_or(
@@ -983,6 +989,20 @@ impl HistoryStore {
                         },
                     )?;
                 visit(&transaction);
+                Ok(())
+            };
+            let parts = dated::parts(open, w)?;
+            if let Some(start) = parts.ordered_from {
+                let total = count_for_read(open, w, Paged::Entry)?;
+                let period = dated::period(open, w, start, total, (from_ms, to_ms))?;
+                dated::visit_period(open, w, period, &mut |entry| visit_entry(&entry))?;
+            }
+            if parts.indexed {
+                for row in wallet_entry_times(open, w, (time_key(from_ms), time_key(to_ms))) {
+                    let (key, _) = row?;
+                    let (_, entry) = dated::entry(open, w, entry_of_time_key(&key)?)?;
+                    visit_entry(&entry)?;
+                }
             }
             Ok(())
         })

@@ -361,6 +361,7 @@ impl Shard {
             self.touch(wallet_id);
         }
         self.next_entry_seq = next;
+        self.posted_at_floor_ms = self.posted_at_floor_ms.max(entry.created_at_ms);
         Ok(())
     }
 

@@ -112,6 +112,9 @@ pub(crate) struct Draft<'a> {
     opened: Vec<(Currency, WalletType, WalletId)>,
     /// The shard's uuid key when this command chose it (the shard had none).
     chosen_key: Option<UuidKey>,
+    /// The earliest time this command may stamp a posting: the latest entry's on the shard,
+    /// then its own postings' ([`Shard::posted_at_floor_ms`]).
+    posted_at_floor_ms: i64,
 }
 
 fn mint(shard: &Shard, seq: &mut u64) -> Result<u64, Rejection> {
@@ -138,6 +141,7 @@ impl<'a> Draft<'a> {
             running: Vec::new(),
             opened: Vec::new(),
             chosen_key: None,
+            posted_at_floor_ms: shard.posted_at_floor_ms,
         }
     }
 
@@ -294,7 +298,10 @@ impl<'a> Draft<'a> {
                 "internal: unbalanced or malformed posting",
             ));
         }
-        let now_ms = self.ctx.now_ms;
+        // Never earlier than an entry posted before on this shard: a clock stepped back, or a
+        // command stamped on one thread and decided after a later one, posts at the floor.
+        let now_ms = self.ctx.now_ms.max(self.posted_at_floor_ms);
+        self.posted_at_floor_ms = now_ms;
         let mut transaction_ids = Vec::with_capacity(txs.len());
         for _ in txs {
             transaction_ids.push(TransactionId(mint(
