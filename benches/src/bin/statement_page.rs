@@ -10,7 +10,9 @@
 //!    below is the durable one the service runs.
 //! 3. For SECONDS, CALLERS callers post transfers among the load wallets while one reader reads
 //!    A's ledger one page after another (50 entries a page): alternately the newest page, and a
-//!    page drawn uniformly from all of them (seeded, logged). Each read is `Engine::ledger_page`,
+//!    page drawn uniformly from all of them (seeded, logged), and the first page of a period a
+//!    tenth of the fill's time long, placed uniformly in it (`from`/`to`: the page and the
+//!    period's count, ~100k entries). Each read is `Engine::ledger_page`,
 //!    which first waits until the history indexer covers everything appended so far (the rule
 //!    every history read follows), so the latency includes the indexer's lag behind the load.
 //!
@@ -35,6 +37,13 @@ const LOAD_WALLETS: u64 = 1_000;
 const FILL_CALLERS: usize = 256;
 const READER_SEED: u64 = 14;
 
+/// The wall clock, unix milliseconds (the engine stamps its entries with it).
+fn unix_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |since| since.as_millis() as i64)
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let entries: u64 = args
@@ -52,6 +61,7 @@ fn main() {
 
     // 1. Fill.
     let started = Instant::now();
+    let fill_from_ms = unix_ms();
     let (hot, load) = {
         let (engine, _) = open_engine(engine_config(dir.path(), 1, wal::FsyncPolicy::Never));
         let runtime = caller_runtime();
@@ -89,6 +99,7 @@ fn main() {
         engine.shutdown().expect("shut the engine down");
         (a, load)
     };
+    let fill_span_ms = (unix_ms() - fill_from_ms).max(10);
 
     // 2. Reopen, durable.
     let reopened = Instant::now();
@@ -135,33 +146,49 @@ fn main() {
                 .expect("reader runtime");
             let mut newest = Histogram::<u64>::new(3).expect("histogram");
             let mut anywhere = Histogram::<u64>::new(3).expect("histogram");
+            let mut dated = Histogram::<u64>::new(3).expect("histogram");
+            let mut dated_total = 0u64;
             let mut rng = Rng::new(READER_SEED);
             let mut n = 0u64;
             while !stop.load(Ordering::Relaxed) {
-                let newest_page = n.is_multiple_of(2);
-                let number = if newest_page {
-                    1
-                } else {
+                let kind = n % 3;
+                let number = if kind == 1 {
                     1 + rng.below(pages) as u32
+                } else {
+                    1
                 };
+                let period = (kind == 2).then(|| {
+                    let length = fill_span_ms / 10;
+                    let from = fill_from_ms + rng.below((fill_span_ms - length) as u64) as i64;
+                    (from, from + length)
+                });
                 let started = Instant::now();
                 let read = reader_runtime
-                    .block_on(engine.ledger_page(hot, page(number), None, None))
+                    .block_on(engine.ledger_page(
+                        hot,
+                        page(number),
+                        period.map(|(from, _)| from),
+                        period.map(|(_, to)| to),
+                    ))
                     .expect("the engine answers")
                     .expect("the hot wallet exists");
                 let micros = started.elapsed().as_micros() as u64;
                 let before = u64::from(number - 1) * u64::from(PER_PAGE);
                 let expected = read.total.saturating_sub(before).min(u64::from(PER_PAGE));
                 assert_eq!(read.records.len() as u64, expected, "page {number}");
-                let histogram = if newest_page {
-                    &mut newest
-                } else {
-                    &mut anywhere
+                let histogram = match kind {
+                    0 => &mut newest,
+                    1 => &mut anywhere,
+                    _ => {
+                        dated_total += read.total;
+                        &mut dated
+                    }
                 };
                 histogram.record(micros.max(1)).expect("record a latency");
                 n += 1;
             }
-            (newest, anywhere)
+            let periods = dated.len().max(1);
+            (newest, anywhere, dated, dated_total / periods)
         })
     };
     let with_reader = closed_loop(
@@ -172,7 +199,7 @@ fn main() {
         transfers(engine.clone(), load.clone()),
     );
     stop.store(true, Ordering::Relaxed);
-    let (newest, anywhere) = reader.join().expect("the reader thread");
+    let (newest, anywhere, dated, period_entries) = reader.join().expect("the reader thread");
     drop(runtime);
     engine.shutdown().expect("shut the engine down");
 
@@ -184,9 +211,12 @@ fn main() {
     );
     println!("| page | reads | p50 | p99 | max |");
     println!("|---|---:|---:|---:|---:|");
+    let period_row =
+        format!("first page of a period, a tenth of the history (~{period_entries} entries)");
     for (name, histogram) in [
         ("newest (page 1)", &newest),
         ("uniform over all pages", &anywhere),
+        (period_row.as_str(), &dated),
     ] {
         println!(
             "| {name} | {} | {:.2} ms | {:.2} ms | {:.2} ms |",

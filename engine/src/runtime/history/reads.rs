@@ -453,9 +453,21 @@ fn compare_shard(shard: &Shard, store: &Arc<HistoryStore>) -> Result<u64, String
                 gaps.join(" and ")
             )));
         }
+        // The entries the date index holds are exactly those before the wallet's first entry
+        // at the posting floor, and from there on the entries are in time order: what a read
+        // with `from`/`to` relies on (`super::dated`).
+        let (ordered_from, indexed) = store.date_parts(id).map_err(|e| failed(&e.to_string()))?;
+        if indexed != ordered_from {
+            return Err(failed(&format!(
+                "the date index holds {indexed} of its entries, but {ordered_from} are before \
+                 its first entry at the posting floor"
+            )));
+        }
         let mut prev = Hash::ZERO;
         let mut balance = None;
         let mut broken = None;
+        let mut ordinal = 0u64;
+        let mut latest = i64::MIN;
         let currency = wallet.currency;
         store
             .for_each_entry(id, &mut |(stored_prev, stored)| {
@@ -466,8 +478,14 @@ fn compare_shard(shard: &Shard, store: &Arc<HistoryStore>) -> Result<u64, String
                         broken = Some((stored.id, "does not follow the entry before it"));
                     } else if entry_hash(&prev, id, currency, stored) != stored.hash {
                         broken = Some((stored.id, "does not hash to its stored hash"));
+                    } else if ordinal >= ordered_from && stored.created_at_ms < latest {
+                        broken = Some((stored.id, "is earlier than the entry before it"));
                     }
                 }
+                if ordinal >= ordered_from {
+                    latest = latest.max(stored.created_at_ms);
+                }
+                ordinal += 1;
                 prev = stored.hash;
                 balance = Some(stored.balance_after);
             })
@@ -686,5 +704,48 @@ mod tests {
         )
         .unwrap();
         compare_shard(&harness.shard, &agrees).unwrap();
+    }
+
+    /// Verify checks what a read by date relies on: entries at the posting floor in time order,
+    /// and the date index holding exactly the entries before them.
+    #[test]
+    fn verify_names_entries_out_of_time_order_and_a_date_index_that_disagrees() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut harness = Harness::new();
+        let a = harness.create(1, "YER");
+        harness.now_ms = 10_000;
+        harness.deposit(a, "10.00");
+        // A shard that lost its floor (the bug this catches): the next posting is earlier.
+        harness.shard.posted_at_floor_ms = i64::MIN;
+        harness.now_ms = 9_000;
+        harness.deposit(a, "1.00");
+        let store = Arc::new(HistoryStore::open(dir.path(), 1 << 20).unwrap());
+        file_batch(
+            &store,
+            &[Filed::events(1, harness.log.clone())],
+            &mut ChainHeads::default(),
+        )
+        .unwrap();
+        let earlier = compare_shard(&harness.shard, &store).unwrap_err();
+        assert!(
+            earlier.contains("earlier than the entry before it"),
+            "{earlier}"
+        );
+
+        // Logged before the floor, the same entries are indexed and verify agrees; without
+        // one of their date index keys it names the index.
+        let indexed = Arc::new(HistoryStore::open(&dir.path().join("indexed"), 1 << 20).unwrap());
+        let before = Filed::events(1, harness.log.clone()).before_floor();
+        file_batch(&indexed, &[before], &mut ChainHeads::default()).unwrap();
+        compare_shard(&harness.shard, &indexed).unwrap();
+        indexed
+            .with(|open| {
+                let key = open.entry_times.iter().next().unwrap().key().unwrap();
+                open.entry_times.remove(key)?;
+                Ok(())
+            })
+            .unwrap();
+        let lacks = compare_shard(&harness.shard, &indexed).unwrap_err();
+        assert!(lacks.contains("the date index holds"), "{lacks}");
     }
 }

@@ -961,6 +961,25 @@ impl HistoryStore {
         })
     }
 
+    /// For `replay --verify`: the ordinal of `wallet`'s first entry in time order (its count if
+    /// none is), and how many of its entries the date index holds (`super::dated`).
+    pub(crate) fn date_parts(&self, wallet_id: WalletId) -> Result<(u64, u64), StoreError> {
+        self.with(|open| {
+            let w = wallet_id.0;
+            let parts = dated::parts(open, w)?;
+            let total = count_for_read(open, w, Paged::Entry)?;
+            let first = parts.ordered_from.map_or(total, |(ordinal, _)| ordinal);
+            let mut indexed = 0u64;
+            if parts.indexed {
+                for row in wallet_entry_times(open, w, (0, u64::MAX)) {
+                    row?;
+                    indexed += 1;
+                }
+            }
+            Ok((first, indexed))
+        })
+    }
+
     /// Visits, once each and in no particular order, every transaction of `wallet` with an entry
     /// on it created within `from_ms..=to_ms`: by the same search as a period's entries
     /// ([`HistoryStore::entries_page`]), so the cost is the period's entries, not the wallet's
