@@ -351,6 +351,8 @@ pub struct ShardActor {
     /// its commands, a batch each of its items): what periodic snapshots are paced by, since a
     /// restart replays commands, not records.
     commands_logged: Arc<std::sync::atomic::AtomicU64>,
+    /// When the shard last warned that its commands' clock is behind its posting floor.
+    clock_warned: Option<std::time::Instant>,
 }
 
 /// How a shard gathers commands into records (see "Coalesced records"), and counts them.
@@ -367,6 +369,31 @@ pub struct Coalesce {
 /// How often a shard drops what the indexer has filed. Memory holds about this long of records
 /// beyond the indexer's lag.
 const EVICT_TICK: Duration = Duration::from_millis(50);
+
+/// A command stamped this far behind its shard's posting floor is warned of: the wall clock
+/// stepped back, or jumped forward and back (every posting is stamped at the floor until the
+/// clock catches up, docs/history.md "Entries in time order").
+const CLOCK_BEHIND_WARN_MS: i64 = 1_000;
+/// At most one such warning a shard in this long.
+const CLOCK_WARN_EVERY: Duration = Duration::from_secs(60);
+
+/// How far a command stamped at `command_ms` is behind the posting floor `floor_ms`, when that
+/// is worth a warning: more than [`CLOCK_BEHIND_WARN_MS`], and none given since
+/// [`CLOCK_WARN_EVERY`] before `now`.
+fn clock_warning(
+    floor_ms: i64,
+    command_ms: i64,
+    warned: Option<std::time::Instant>,
+    now: impl FnOnce() -> std::time::Instant,
+) -> Option<i64> {
+    let behind = floor_ms.saturating_sub(command_ms);
+    if behind <= CLOCK_BEHIND_WARN_MS {
+        return None;
+    }
+    let now = now();
+    let due = warned.is_none_or(|at| now.saturating_duration_since(at) >= CLOCK_WARN_EVERY);
+    due.then_some(behind)
+}
 
 impl ShardActor {
     #[allow(clippy::too_many_arguments)]
@@ -403,6 +430,24 @@ impl ShardActor {
             coalesce_max: coalesce.commands_max.max(1),
             record_bytes_max: coalesce.record_bytes_max,
             commands_logged: coalesce.commands_logged,
+            clock_warned: None,
+        }
+    }
+
+    /// Warns (at most once a minute) when a command's clock was well behind the shard's
+    /// posting floor: its postings, and every time it recorded, are the floor's.
+    fn note_clock(&mut self, command_ms: i64) {
+        let floor_ms = self.shard.posted_at_floor_ms;
+        let now = std::time::Instant::now;
+        if let Some(behind_ms) = clock_warning(floor_ms, command_ms, self.clock_warned, now) {
+            self.clock_warned = Some(std::time::Instant::now());
+            tracing::warn!(
+                shard = self.shard.shard_index(),
+                behind_ms,
+                floor_ms,
+                "the wall clock is behind the newest posting of this shard: postings are \
+                 stamped at that time until the clock catches up (check the host's clock)"
+            );
         }
     }
 
@@ -539,6 +584,7 @@ impl ShardActor {
                 return Err(self.fail(format!("applying decided events failed: {error}")))
             }
         };
+        self.note_clock(message.context.now_ms);
         // A filed record could not be read: nothing changed, and that is not an answer to keep
         // under the request's key (a retry must run again), so nothing is logged and the claim
         // is released.
@@ -1209,6 +1255,9 @@ impl Handler<ExecuteBatch> for ShardActor {
         }
         let (events, results, failed) =
             self.run_batch(&message.commands, message.atomic, message.prepare.as_ref())?;
+        if let Some((_, first)) = message.commands.first() {
+            self.note_clock(first.now_ms);
+        }
         let (response, idempotency) = match message.claim {
             Some(Claim { mut record, answer }) => {
                 let response = match answer {
@@ -1276,3 +1325,31 @@ impl Handler<LogAnswer> for ShardActor {
 
 /// A boxed future, for the engine's orchestration helpers.
 pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
+
+#[cfg(test)]
+mod tests {
+    use super::{clock_warning, CLOCK_BEHIND_WARN_MS, CLOCK_WARN_EVERY};
+    use std::time::{Duration, Instant};
+
+    /// A command's clock well behind the floor is warned of, at most once a minute; a clock
+    /// at, ahead of or just behind the floor (commands stamped on two threads) is not.
+    #[test]
+    fn a_clock_behind_the_floor_is_warned_of_once_a_minute() {
+        let start = Instant::now();
+        let floor = 1_000_000;
+        assert_eq!(clock_warning(floor, floor, None, || start), None);
+        assert_eq!(clock_warning(floor, floor + 5, None, || start), None);
+        let just = floor - CLOCK_BEHIND_WARN_MS;
+        assert_eq!(clock_warning(floor, just, None, || start), None);
+        assert_eq!(clock_warning(i64::MIN, 0, None, || start), None);
+        let far = floor - 30_000;
+        assert_eq!(clock_warning(floor, far, None, || start), Some(30_000));
+        let soon = start + CLOCK_WARN_EVERY - Duration::from_millis(1);
+        assert_eq!(clock_warning(floor, far, Some(start), || soon), None);
+        let later = start + CLOCK_WARN_EVERY;
+        assert_eq!(
+            clock_warning(floor, far, Some(start), || later),
+            Some(30_000)
+        );
+    }
+}

@@ -24,6 +24,15 @@ impl Shard {
     ) -> Result<(Vec<Event>, Outcome), ExecuteError> {
         // Every record this command changes is stamped with it (see `Shard::evict_filed`).
         self.stamp += 1;
+        // Decided no earlier than an entry the shard posted before (its posting floor), so
+        // every time the command records agrees with its postings': a hold's, a payment's and
+        // a reversal's times are those of the entries they go with, never a few ms before them
+        // (which a day's report could split across midnight).
+        let at_floor = Context {
+            now_ms: ctx.now_ms.max(self.posted_at_floor_ms),
+            ..*ctx
+        };
+        let ctx = &at_floor;
         let events = match (self.decide(command, ctx), command) {
             (Ok(events), _) => events,
             (Err(rejection), Command::PaymentCredit(request)) => {

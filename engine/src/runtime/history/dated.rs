@@ -560,4 +560,55 @@ mod tests {
             _ => true,
         }));
     }
+
+    /// A command stamped before the floor records every time at the floor, not only its
+    /// postings': a hold's placement and release, and a reversal's mark, agree with the entries
+    /// they go with.
+    #[test]
+    fn a_command_stamped_before_the_floor_records_every_time_at_it() {
+        use crate::shard::command::PlaceHold;
+        use crate::tests::{cur, dec};
+        use crate::{Command, Outcome};
+        let mut h = Harness::new();
+        let a = h.create(1, "YER");
+        h.now_ms = 10_000;
+        let deposit = h.deposit(a, "5.00");
+        h.now_ms = 9_000;
+        let Outcome::Hold(hold) = h.ok(Command::PlaceHold(PlaceHold {
+            wallet_id: a,
+            amount: dec("1.00"),
+            currency: cur("YER"),
+            reason: None,
+            expiry_minutes: Some(1),
+        })) else {
+            panic!("not a hold")
+        };
+        assert_eq!(hold.created_at_ms, 10_000);
+        assert_eq!(hold.expires_at_ms, 10_000 + 60_000);
+        let Outcome::Hold(released) = h.ok(Command::ReleaseHold {
+            hold_uuid: hold.uuid,
+        }) else {
+            panic!("not a hold")
+        };
+        assert_eq!(released.closed_at_ms, Some(10_000));
+        let reversed_from = h.log.len();
+        h.ok(Command::Reverse {
+            transaction_uuid: deposit.uuid,
+            reason: "clock behind".into(),
+        });
+        let marks: Vec<i64> = h.log[reversed_from..]
+            .iter()
+            .filter_map(|event| match event {
+                Event::TransactionReversed { at_ms, .. } => Some(*at_ms),
+                Event::TransactionRecorded { transaction, .. } => Some(transaction.created_at_ms),
+                Event::EntryPosted { entry, .. } => Some(entry.created_at_ms),
+                _ => None,
+            })
+            .collect();
+        assert!(marks.len() >= 3, "{marks:?}");
+        assert!(marks.iter().all(|at| *at == 10_000), "{marks:?}");
+        // The clock caught up: its own time again.
+        h.now_ms = 11_000;
+        assert_eq!(h.deposit(a, "1.00").created_at_ms, 11_000);
+    }
 }
