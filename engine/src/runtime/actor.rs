@@ -67,7 +67,9 @@ use super::idempotency::IdempotencyTable;
 use super::journal::{IdempotencyRecord, JournalEntry};
 use crate::identity::directory::{Directory, DirectoryCommand, DirectoryEvent};
 use crate::ledger::view::Holder;
-use crate::shard::command::{BatchMark, Command, Context, Outcome, EXPIRE_BATCH_MAX};
+use crate::shard::command::{
+    BatchMark, Command, Context, Outcome, CLOCK_SKEW_ABSORBED_MS, EXPIRE_BATCH_MAX,
+};
 use crate::shard::event::Event;
 use crate::shard::state::Shard;
 use crate::values::error::{ExecuteError, Rejection};
@@ -370,29 +372,26 @@ pub struct Coalesce {
 /// beyond the indexer's lag.
 const EVICT_TICK: Duration = Duration::from_millis(50);
 
-/// A command stamped this far behind its shard's posting floor is warned of: the wall clock
-/// stepped back, or jumped forward and back (every posting is stamped at the floor until the
-/// clock catches up, docs/history.md "Entries in time order").
-const CLOCK_BEHIND_WARN_MS: i64 = 1_000;
-/// At most one such warning a shard in this long.
+/// At most one warning a shard in this long that its clock is behind its posting floor.
 const CLOCK_WARN_EVERY: Duration = Duration::from_secs(60);
 
-/// How far a command stamped at `command_ms` is behind the posting floor `floor_ms`, when that
-/// is worth a warning: more than [`CLOCK_BEHIND_WARN_MS`], and none given since
-/// [`CLOCK_WARN_EVERY`] before `now`.
+/// How far the clock is behind the posting floor `floor_ms`, when that is worth a warning: a
+/// command stamped at `command_ms` more than [`CLOCK_SKEW_ABSORBED_MS`] behind it, the clock
+/// read now (`now`: the instant and the wall clock) still that far behind (not a command that
+/// only waited in a long queue), and no warning given since [`CLOCK_WARN_EVERY`] before.
 fn clock_warning(
     floor_ms: i64,
     command_ms: i64,
     warned: Option<std::time::Instant>,
-    now: impl FnOnce() -> std::time::Instant,
-) -> Option<i64> {
-    let behind = floor_ms.saturating_sub(command_ms);
-    if behind <= CLOCK_BEHIND_WARN_MS {
+    now: impl FnOnce() -> (std::time::Instant, i64),
+) -> Option<(i64, std::time::Instant)> {
+    if floor_ms.saturating_sub(command_ms) <= CLOCK_SKEW_ABSORBED_MS {
         return None;
     }
-    let now = now();
-    let due = warned.is_none_or(|at| now.saturating_duration_since(at) >= CLOCK_WARN_EVERY);
-    due.then_some(behind)
+    let (at, clock_ms) = now();
+    let behind = floor_ms.saturating_sub(clock_ms);
+    let due = warned.is_none_or(|last| at.saturating_duration_since(last) >= CLOCK_WARN_EVERY);
+    (behind > CLOCK_SKEW_ABSORBED_MS && due).then_some((behind, at))
 }
 
 impl ShardActor {
@@ -438,15 +437,17 @@ impl ShardActor {
     /// posting floor: its postings, and every time it recorded, are the floor's.
     fn note_clock(&mut self, command_ms: i64) {
         let floor_ms = self.shard.posted_at_floor_ms;
-        let now = std::time::Instant::now;
-        if let Some(behind_ms) = clock_warning(floor_ms, command_ms, self.clock_warned, now) {
-            self.clock_warned = Some(std::time::Instant::now());
+        let clock = &self.clock;
+        let now = || (std::time::Instant::now(), clock.now_ms());
+        if let Some((behind_ms, at)) = clock_warning(floor_ms, command_ms, self.clock_warned, now) {
+            self.clock_warned = Some(at);
             tracing::warn!(
                 shard = self.shard.shard_index(),
                 behind_ms,
                 floor_ms,
                 "the wall clock is behind the newest posting of this shard: postings are \
-                 stamped at that time until the clock catches up (check the host's clock)"
+                 stamped at that time until the clock catches up, deadlines follow the clock \
+                 (check the host's clock)"
             );
         }
     }
@@ -1328,28 +1329,43 @@ pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 
 #[cfg(test)]
 mod tests {
-    use super::{clock_warning, CLOCK_BEHIND_WARN_MS, CLOCK_WARN_EVERY};
+    use super::{clock_warning, CLOCK_SKEW_ABSORBED_MS, CLOCK_WARN_EVERY};
     use std::time::{Duration, Instant};
 
-    /// A command's clock well behind the floor is warned of, at most once a minute; a clock
-    /// at, ahead of or just behind the floor (commands stamped on two threads) is not.
+    /// A clock well behind the floor is warned of, at most once a minute; a clock at, ahead of
+    /// or just behind the floor (commands stamped on several threads) is not, nor a command
+    /// that was stamped long ago and only waited in the shard's queue.
     #[test]
     fn a_clock_behind_the_floor_is_warned_of_once_a_minute() {
         let start = Instant::now();
         let floor = 1_000_000;
-        assert_eq!(clock_warning(floor, floor, None, || start), None);
-        assert_eq!(clock_warning(floor, floor + 5, None, || start), None);
-        let just = floor - CLOCK_BEHIND_WARN_MS;
-        assert_eq!(clock_warning(floor, just, None, || start), None);
-        assert_eq!(clock_warning(i64::MIN, 0, None, || start), None);
+        let reads = |clock_ms: i64| move || (start, clock_ms);
+        assert_eq!(clock_warning(floor, floor, None, reads(floor)), None);
+        assert_eq!(
+            clock_warning(floor, floor + 5, None, reads(floor + 5)),
+            None
+        );
+        let just = floor - CLOCK_SKEW_ABSORBED_MS;
+        assert_eq!(clock_warning(floor, just, None, reads(just)), None);
+        assert_eq!(clock_warning(i64::MIN, 0, None, reads(0)), None);
+        let past = just - 1;
+        assert_eq!(
+            clock_warning(floor, past, None, reads(past)),
+            Some((CLOCK_SKEW_ABSORBED_MS + 1, start))
+        );
         let far = floor - 30_000;
-        assert_eq!(clock_warning(floor, far, None, || start), Some(30_000));
+        assert_eq!(
+            clock_warning(floor, far, None, reads(far)),
+            Some((30_000, start))
+        );
+        // Stamped long ago, decided now: the clock itself is fine.
+        assert_eq!(clock_warning(floor, far, None, reads(floor + 1)), None);
         let soon = start + CLOCK_WARN_EVERY - Duration::from_millis(1);
-        assert_eq!(clock_warning(floor, far, Some(start), || soon), None);
+        assert_eq!(clock_warning(floor, far, Some(start), || (soon, far)), None);
         let later = start + CLOCK_WARN_EVERY;
         assert_eq!(
-            clock_warning(floor, far, Some(start), || later),
-            Some(30_000)
+            clock_warning(floor, far, Some(start), || (later, far)),
+            Some((30_000, later))
         );
     }
 }

@@ -23,6 +23,13 @@ pub const TEXT_BYTES_MAX: usize = 4096;
 /// Most holds one `ExpireHolds` command closes (bounds one WAL record).
 pub const EXPIRE_BATCH_MAX: u32 = 10_000;
 
+/// How far behind its shard's posting floor a command's clock may be and the whole command
+/// still be decided at the floor (`Shard::execute`): the skew of commands stamped on several
+/// threads and decided in arrival order. Past it the clock stepped back: only the command's
+/// postings take the floor's time, its deadlines (a hold's expiry, a link's) follow its own
+/// clock, and the shard's actor logs a warning.
+pub const CLOCK_SKEW_ABSORBED_MS: i64 = 1_000;
+
 /// Inputs from outside the state machine.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Context {

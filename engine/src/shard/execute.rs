@@ -5,7 +5,7 @@
 //! after applying, so it shows exactly what replay will rebuild.
 
 use crate::ledger::view::{EntryView, HoldView, TransactionView, WalletView};
-use crate::shard::command::{Command, Context, Outcome};
+use crate::shard::command::{Command, Context, Outcome, CLOCK_SKEW_ABSORBED_MS};
 use crate::shard::event::Event;
 use crate::shard::state::Shard;
 use crate::values::error::{ApplyError, ExecuteError, Rejection};
@@ -24,12 +24,21 @@ impl Shard {
     ) -> Result<(Vec<Event>, Outcome), ExecuteError> {
         // Every record this command changes is stamped with it (see `Shard::evict_filed`).
         self.stamp += 1;
-        // Decided no earlier than an entry the shard posted before (its posting floor), so
-        // every time the command records agrees with its postings': a hold's, a payment's and
-        // a reversal's times are those of the entries they go with, never a few ms before them
-        // (which a day's report could split across midnight).
+        // A command stamped a little before an entry the shard posted already (its posting
+        // floor: commands are stamped on several threads) is decided at the floor, so every
+        // time it records agrees with its postings': a hold's, a payment's and a reversal's
+        // times are those of the entries they go with, never a few ms before them (which a
+        // day's report could split across midnight). Further behind, the clock stepped back:
+        // deciding at the floor would move deadlines by the step (holds due within it expired
+        // at once, new ones held longer), so only the postings take the floor
+        // (`Draft::post`) and the rest follows the clock.
+        let behind = self.posted_at_floor_ms.saturating_sub(ctx.now_ms);
         let at_floor = Context {
-            now_ms: ctx.now_ms.max(self.posted_at_floor_ms),
+            now_ms: if behind <= CLOCK_SKEW_ABSORBED_MS {
+                ctx.now_ms.max(self.posted_at_floor_ms)
+            } else {
+                ctx.now_ms
+            },
             ..*ctx
         };
         let ctx = &at_floor;

@@ -561,26 +561,30 @@ mod tests {
         }));
     }
 
-    /// A command stamped before the floor records every time at the floor, not only its
-    /// postings': a hold's placement and release, and a reversal's mark, agree with the entries
-    /// they go with.
+    /// A command stamped a little before the floor (commands stamped on several threads)
+    /// records every time at the floor, not only its postings': a hold's placement, expiry
+    /// and release, and a reversal's mark, agree with the entries they go with. A clock
+    /// stepped back further keeps its deadlines: only the postings take the floor.
     #[test]
     fn a_command_stamped_before_the_floor_records_every_time_at_it() {
-        use crate::shard::command::PlaceHold;
+        use crate::shard::command::{PlaceHold, CLOCK_SKEW_ABSORBED_MS};
         use crate::tests::{cur, dec};
         use crate::{Command, Outcome};
+        let place = |wallet_id| {
+            Command::PlaceHold(PlaceHold {
+                wallet_id,
+                amount: dec("1.00"),
+                currency: cur("YER"),
+                reason: None,
+                expiry_minutes: Some(1),
+            })
+        };
         let mut h = Harness::new();
         let a = h.create(1, "YER");
         h.now_ms = 10_000;
         let deposit = h.deposit(a, "5.00");
-        h.now_ms = 9_000;
-        let Outcome::Hold(hold) = h.ok(Command::PlaceHold(PlaceHold {
-            wallet_id: a,
-            amount: dec("1.00"),
-            currency: cur("YER"),
-            reason: None,
-            expiry_minutes: Some(1),
-        })) else {
+        h.now_ms = 10_000 - CLOCK_SKEW_ABSORBED_MS;
+        let Outcome::Hold(hold) = h.ok(place(a)) else {
             panic!("not a hold")
         };
         assert_eq!(hold.created_at_ms, 10_000);
@@ -607,6 +611,28 @@ mod tests {
             .collect();
         assert!(marks.len() >= 3, "{marks:?}");
         assert!(marks.iter().all(|at| *at == 10_000), "{marks:?}");
+
+        // The clock steps back by a minute: a hold placed now expires a minute from the
+        // clock's time, and the postings still take the floor.
+        h.deposit(a, "5.00");
+        h.now_ms = 10_000 - 60_000;
+        let Outcome::Hold(stepped) = h.ok(place(a)) else {
+            panic!("not a hold")
+        };
+        assert_eq!(stepped.created_at_ms, 10_000 - 60_000);
+        assert_eq!(stepped.expires_at_ms, 10_000);
+        let Outcome::Hold(captured) =
+            h.ok(Command::CaptureHold(crate::shard::command::CaptureHold {
+                hold_uuid: stepped.uuid,
+                amount: None,
+                counter_wallet_id: None,
+                details: Default::default(),
+            }))
+        else {
+            panic!("not a hold")
+        };
+        assert_eq!(captured.closed_at_ms, Some(10_000 - 60_000));
+        assert!(entries_of(&h, a).iter().all(|e| e.created_at_ms == 10_000));
         // The clock caught up: its own time again.
         h.now_ms = 11_000;
         assert_eq!(h.deposit(a, "1.00").created_at_ms, 11_000);
