@@ -24,6 +24,7 @@ use super::epochs::{
 };
 use super::moves::MoveOverlay;
 use super::pages::{counted, directory_count, directory_key, starts_block, KindCounts, Paged};
+use super::remembered::Remembered;
 use super::report_days::{ReportBatch, Scope};
 use super::store::{
     decode, encode, encode_value, key2, link_writes, payment_writes, payout_writes,
@@ -40,30 +41,32 @@ use crate::runtime::journal::IdempotencyRecord;
 use crate::shard::event::Event;
 use crate::values::ids::UuidKind;
 
-/// Most wallets whose chain head the indexer remembers between batches; past it the memory
-/// starts over (a miss costs one seek to the wallet's newest entry).
-const CHAIN_HEADS_MAX: usize = 1 << 16;
+/// Most wallets the indexer remembers between batches (each of its memories below, about
+/// 100 bytes a wallet in all: ~26 MiB at the bound); past it the least recently used half is
+/// forgotten ([`Remembered`]). A miss costs a read of the store: a seek to the wallet's newest
+/// entry for its chain head, its report subject, its date index.
+const CHAIN_HEADS_MAX: usize = 1 << 18;
 
 /// The indexer's memory between batches, so that filing needs no reads on the hot path: each
 /// recently written wallet's newest entry hash (the hash before its next entry). Its record
 /// counts are in the store's `counted`, shared with readers ([`super::pages::count_of`]).
 #[derive(Default)]
 pub(crate) struct ChainHeads {
-    heads: HashMap<u64, Hash>,
+    heads: Remembered<Hash>,
     /// Each recently seen wallet's business, currency and whether the transaction report counts
-    /// it (a miss reads `report_subjects`); forgotten past [`CHAIN_HEADS_MAX`].
-    scopes: HashMap<u64, Scope>,
+    /// it (a miss reads `report_subjects`).
+    scopes: Remembered<Scope>,
     /// The epochs of each recently filed wallet's records ([`super::epochs`]).
     epochs: EpochsSeen,
     /// The shards' uuid keys ([`super::uuid_keys`]).
     keys: UuidKeys,
     /// Wallets whose entries at the posting floor need no marker (it is written, or they have
-    /// no entry in the date index): [`super::dated`]. Forgotten only between batches, past
-    /// [`CHAIN_HEADS_MAX`]: a marker written in the batch is not yet in the store to be read.
-    ordered: rustc_hash::FxHashSet<u64>,
+    /// no entry in the date index): [`super::dated`]. Forgotten only between batches: a
+    /// marker written in the batch is not yet in the store to be read.
+    ordered: Remembered<()>,
     /// Wallets given date index keys by this indexer (entries logged before the floor), which
-    /// the store may not show yet; forgotten with `ordered`.
-    indexed: rustc_hash::FxHashSet<u64>,
+    /// the store may not show yet; forgotten only between batches too.
+    indexed: Remembered<()>,
     /// Whether the store filed a record at the floor ([`dated::FLOOR_SINCE`]); `None`: not
     /// read yet.
     floor_since: Option<bool>,
@@ -211,16 +214,10 @@ pub(crate) fn file_batch(
     if result.is_err() {
         heads.clear();
     }
-    if heads.heads.len() > CHAIN_HEADS_MAX {
-        heads.heads.clear();
-    }
-    if heads.scopes.len() > CHAIN_HEADS_MAX {
-        heads.scopes.clear();
-    }
-    if heads.ordered.len() + heads.indexed.len() > CHAIN_HEADS_MAX {
-        heads.ordered.clear();
-        heads.indexed.clear();
-    }
+    heads.heads.settle(CHAIN_HEADS_MAX);
+    heads.scopes.settle(CHAIN_HEADS_MAX);
+    heads.ordered.settle(CHAIN_HEADS_MAX);
+    heads.indexed.settle(CHAIN_HEADS_MAX);
     result
 }
 
@@ -355,12 +352,12 @@ impl Batch<'_> {
         wallet: u64,
         (ordinal, id): (u64, u64),
     ) -> Result<(), StoreError> {
-        if heads.ordered.contains(&wallet) {
+        if heads.ordered.contains(wallet) {
             return Ok(());
         }
         // Its first entry, or one after entries at the floor only, or after the marker.
         let needed = ordinal > 0
-            && (heads.indexed.contains(&wallet) || dated::has_indexed_entries(self.open, wallet)?)
+            && (heads.indexed.contains(wallet) || dated::has_indexed_entries(self.open, wallet)?)
             && self.open.pages.get(dated::marker_key(wallet))?.is_none();
         if needed {
             self.writes.insert(
@@ -369,7 +366,7 @@ impl Batch<'_> {
                 dated::marker_value(ordinal, id),
             );
         }
-        heads.ordered.insert(wallet);
+        heads.ordered.insert(wallet, ());
         Ok(())
     }
 
@@ -426,8 +423,8 @@ impl Batch<'_> {
             }
             Event::EntryPosted { wallet_id, entry } => {
                 let w = wallet_id.0;
-                let prev = match heads.heads.get(&w) {
-                    Some(hash) => *hash,
+                let prev = match heads.heads.get(w) {
+                    Some(hash) => hash,
                     None => self.newest_hash(w)?,
                 };
                 let id = entry.id.0;
@@ -448,8 +445,8 @@ impl Batch<'_> {
                     heads
                         .epochs
                         .note(self.open, &mut self.writes, w, ENTRY_TIMES, time_epoch);
-                    heads.indexed.insert(w);
-                    heads.ordered.remove(&w);
+                    heads.indexed.insert(w, ());
+                    heads.ordered.remove(w);
                 }
             }
             Event::EntryReversed {

@@ -26,6 +26,7 @@ pub mod indexer;
 pub mod moves;
 pub(crate) mod pages;
 mod reads;
+mod remembered;
 mod report_days;
 #[cfg(test)]
 mod report_tests;

@@ -34,6 +34,7 @@ use std::sync::atomic::Ordering;
 use rust_decimal::Decimal;
 use serde::{Deserialize, Serialize};
 
+use super::remembered::Remembered;
 use super::store::{decode, encode, time_key, HistoryStore, Open, StoreError};
 use super::writes::Writes;
 use crate::commerce::payment::{Payment, PaymentStatus};
@@ -260,11 +261,11 @@ impl ReportBatch {
     fn scope(
         &mut self,
         open: &Open,
-        scopes: &mut HashMap<u64, Scope>,
+        scopes: &mut Remembered<Scope>,
         wallet: WalletId,
     ) -> Result<Scope, StoreError> {
-        if let Some(scope) = scopes.get(&wallet.0) {
-            return Ok(*scope);
+        if let Some(scope) = scopes.get(wallet.0) {
+            return Ok(scope);
         }
         let key = wallet_key(wallet);
         match self.subject(open, key)? {
@@ -337,7 +338,7 @@ impl ReportBatch {
     pub(crate) fn file(
         &mut self,
         open: &Open,
-        scopes: &mut HashMap<u64, Scope>,
+        scopes: &mut Remembered<Scope>,
         event: &Event,
     ) -> Result<(), StoreError> {
         match event {

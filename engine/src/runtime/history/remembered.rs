@@ -1,0 +1,114 @@
+//! What the indexer remembers of recently filed wallets between batches (their chain heads,
+//! report scopes, and whether their entries need a marker), so that filing reads nothing from
+//! the store for a wallet it saw lately.
+//!
+//! It is bounded by wallets, and forgets the least recently used half at a time: two
+//! generations, the newer read first, an older hit moved into the newer; between batches, once
+//! the newer holds half the bound, the older is dropped and the newer becomes it. Forgetting
+//! everything at once instead (as the first version did) made every wallet miss again right
+//! after: with 100,000 wallets in use and a bound of 65,536, about two thirds of the wallets a
+//! batch touched were read back from the store (BENCHMARKS.md, "Remembered wallets").
+
+use rustc_hash::FxHashMap as HashMap;
+
+/// A memory keyed by wallet id (see the module docs).
+pub(crate) struct Remembered<V> {
+    newer: HashMap<u64, V>,
+    older: HashMap<u64, V>,
+}
+
+impl<V> Default for Remembered<V> {
+    fn default() -> Self {
+        Self {
+            newer: HashMap::default(),
+            older: HashMap::default(),
+        }
+    }
+}
+
+impl<V: Copy> Remembered<V> {
+    /// The value remembered for `wallet`, now the most recently used.
+    pub(crate) fn get(&mut self, wallet: u64) -> Option<V> {
+        if let Some(value) = self.newer.get(&wallet) {
+            return Some(*value);
+        }
+        let value = self.older.remove(&wallet)?;
+        self.newer.insert(wallet, value);
+        Some(value)
+    }
+
+    pub(crate) fn contains(&mut self, wallet: u64) -> bool {
+        self.get(wallet).is_some()
+    }
+
+    pub(crate) fn insert(&mut self, wallet: u64, value: V) {
+        self.newer.insert(wallet, value);
+    }
+
+    pub(crate) fn remove(&mut self, wallet: u64) {
+        self.newer.remove(&wallet);
+        self.older.remove(&wallet);
+    }
+
+    pub(crate) fn clear(&mut self) {
+        self.newer.clear();
+        self.older.clear();
+    }
+
+    /// Wallets remembered (at most `bound` plus what one batch added, after [`Self::settle`]).
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.newer.len() + self.older.len()
+    }
+
+    /// Between batches: once the newer generation holds half of `bound`, forgets the older.
+    pub(crate) fn settle(&mut self, bound: usize) {
+        if self.newer.len() >= bound / 2 {
+            self.older = std::mem::take(&mut self.newer);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Remembered;
+
+    /// Settling forgets the least recently used wallets, half the bound at a time, never the
+    /// ones used since the last settle; a value read from the older half stays.
+    #[test]
+    fn settling_forgets_the_least_recently_used_half() {
+        let mut memory = Remembered::default();
+        for wallet in 0..4 {
+            memory.insert(wallet, wallet * 10);
+        }
+        memory.settle(8);
+        assert_eq!(memory.len(), 4);
+        // Wallet 1 is used again; 4 and 5 are new.
+        assert_eq!(memory.get(1), Some(10));
+        memory.insert(4, 40);
+        memory.insert(5, 50);
+        memory.settle(8);
+        memory.insert(6, 60);
+        memory.settle(8);
+        // 1, 4, 5 and 6 were the newer half: 0, 2 and 3 went with the older.
+        for (wallet, kept) in [
+            (0, None),
+            (2, None),
+            (3, None),
+            (1, Some(10)),
+            (4, Some(40)),
+        ] {
+            assert_eq!(memory.get(wallet), kept, "wallet {wallet}");
+        }
+        assert!(memory.len() <= 8);
+        // The newest value wins over an older generation's.
+        memory.settle(2);
+        memory.insert(4, 41);
+        assert_eq!(memory.get(4), Some(41));
+        memory.remove(4);
+        assert_eq!(memory.get(4), None);
+        assert!(memory.contains(1));
+        memory.clear();
+        assert_eq!(memory.len(), 0);
+    }
+}
