@@ -41,10 +41,11 @@ use crate::runtime::journal::IdempotencyRecord;
 use crate::shard::event::Event;
 use crate::values::ids::UuidKind;
 
-/// Most wallets the indexer remembers between batches (each of its memories below, about
-/// 100 bytes a wallet in all: ~26 MiB at the bound); past it the least recently used half is
-/// forgotten ([`Remembered`]). A miss costs a read of the store: a seek to the wallet's newest
-/// entry for its chain head, its report subject, its date index.
+/// Most wallets the indexer remembers between batches (each of its memories below: ~84 bytes
+/// a wallet of entries, up to ~50 MiB at the bound with the hash tables' spare room); past it
+/// the least recently used half is forgotten ([`Remembered`]). A miss costs a read of the
+/// store: a seek to the wallet's newest entry for its chain head, its report subject, its date
+/// index.
 const CHAIN_HEADS_MAX: usize = 1 << 18;
 
 /// The indexer's memory between batches, so that filing needs no reads on the hot path: each

@@ -61,10 +61,12 @@ impl<V: Copy> Remembered<V> {
         self.newer.len() + self.older.len()
     }
 
-    /// Between batches: once the newer generation holds half of `bound`, forgets the older.
+    /// Between batches: once the newer generation holds half of `bound`, forgets the older
+    /// (its table is kept, emptied, for the next newer generation: no regrowth each time).
     pub(crate) fn settle(&mut self, bound: usize) {
         if self.newer.len() >= bound / 2 {
-            self.older = std::mem::take(&mut self.newer);
+            std::mem::swap(&mut self.newer, &mut self.older);
+            self.newer.clear();
         }
     }
 }
@@ -91,13 +93,16 @@ mod tests {
         memory.insert(6, 60);
         memory.settle(8);
         // 1, 4, 5 and 6 were the newer half: 0, 2 and 3 went with the older.
-        for (wallet, kept) in [
+        let expected = [
             (0, None),
             (2, None),
             (3, None),
             (1, Some(10)),
             (4, Some(40)),
-        ] {
+            (5, Some(50)),
+            (6, Some(60)),
+        ];
+        for (wallet, kept) in expected {
             assert_eq!(memory.get(wallet), kept, "wallet {wallet}");
         }
         assert!(memory.len() <= 8);
