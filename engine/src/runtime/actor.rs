@@ -434,7 +434,7 @@ impl ShardActor {
     }
 
     /// Warns (at most once a minute) when a command's clock was well behind the shard's
-    /// posting floor: its postings, and every time it recorded, are the floor's.
+    /// posting floor: its postings took the floor's time, its deadlines its clock's.
     fn note_clock(&mut self, command_ms: i64) {
         let floor_ms = self.shard.posted_at_floor_ms;
         let clock = &self.clock;
