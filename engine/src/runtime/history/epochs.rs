@@ -38,9 +38,8 @@
 //! with progress in the log; the `layout` mark is written after the copy and the old
 //! keyspaces are dropped after the mark, so a crash at any point redoes or finishes the copy.
 
-use rustc_hash::FxHashMap as HashMap;
-
 use super::pages::{complete_directory, Paged, PAGES_COMPLETE};
+use super::remembered::Remembered;
 use super::store::{
     flush_and_wait, keyspace_options, numbers, rotate_full, time_key, Open, StoreError,
     INDEXED_LSN, WIDE_RECORD_KEYSPACES,
@@ -189,17 +188,14 @@ pub(crate) fn record_of(key: &[u8]) -> Result<(u64, u64), StoreError> {
 
 /// The indexer's memory of the newest epoch it filed a `wallet_epochs` key for, per wallet and
 /// kind, so that a record costs no extra write unless it opens an epoch for its wallet. A miss
-/// (after a restart, or once forgotten past [`EpochsSeen::MAX`]) writes the key again, which
-/// changes nothing.
+/// (after a restart, or once forgotten: [`Self::settle`]) writes the key again, which changes
+/// nothing.
 #[derive(Default)]
 pub(crate) struct EpochsSeen {
-    newest: HashMap<(u64, u64), u64>,
+    newest: Remembered<u64, (u64, u64)>,
 }
 
 impl EpochsSeen {
-    /// Most (wallet, kind) pairs remembered; past it the memory starts over.
-    const MAX: usize = 1 << 18;
-
     /// Files the epoch key of `wallet`'s record of `kind` in `epoch` unless it is known filed.
     pub(crate) fn note(
         &mut self,
@@ -209,7 +205,7 @@ impl EpochsSeen {
         kind: u64,
         epoch: u64,
     ) {
-        if self.newest.get(&(wallet, kind)) == Some(&epoch) {
+        if self.newest.get((wallet, kind)) == Some(epoch) {
             return;
         }
         writes.insert(
@@ -217,10 +213,14 @@ impl EpochsSeen {
             epoch_key(wallet, kind, epoch),
             Vec::new(),
         );
-        if self.newest.len() >= Self::MAX {
-            self.newest.clear();
-        }
         self.newest.insert((wallet, kind), epoch);
+    }
+
+    /// Between batches: forgets the least recently used half once the memory nears `bound`
+    /// (wallet, kind) pairs ([`Remembered::settle`]). Clearing it all at once instead (as the
+    /// first version did, past 2^18 pairs) rewrote the epoch key of every wallet filed next.
+    pub(crate) fn settle(&mut self, bound: usize) {
+        self.newest.settle(bound);
     }
 
     pub(crate) fn clear(&mut self) {

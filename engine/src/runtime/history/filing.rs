@@ -45,14 +45,17 @@ use crate::values::ids::UuidKind;
 /// a wallet of entries, up to ~50 MiB at the bound with the hash tables' spare room); past it
 /// the least recently used half is forgotten ([`Remembered`]). A miss costs a read of the
 /// store: a seek to the wallet's newest entry for its chain head, its report subject, its date
-/// index.
+/// index. The epochs are remembered for twice as many (wallet, kind) pairs, two kinds
+/// (transactions and entries) a wallet: ~24 bytes a pair, up to ~25 MiB; a miss there costs
+/// one redundant write of the wallet's epoch key.
 const CHAIN_HEADS_MAX: usize = 1 << 18;
 
 /// The indexer's memory between batches, so that filing needs no reads on the hot path: each
 /// recently written wallet's newest entry hash (the hash before its next entry). Its record
 /// counts are in the store's `counted`, shared with readers ([`super::pages::count_of`]).
-#[derive(Default)]
 pub(crate) struct ChainHeads {
+    /// Most wallets remembered ([`CHAIN_HEADS_MAX`]; smaller in tests that cross a forgetting).
+    bound: usize,
     heads: Remembered<Hash>,
     /// Each recently seen wallet's business, currency and whether the transaction report counts
     /// it (a miss reads `report_subjects`).
@@ -73,7 +76,40 @@ pub(crate) struct ChainHeads {
     floor_since: Option<bool>,
 }
 
+impl Default for ChainHeads {
+    fn default() -> Self {
+        ChainHeads {
+            bound: CHAIN_HEADS_MAX,
+            heads: Remembered::default(),
+            scopes: Remembered::default(),
+            epochs: EpochsSeen::default(),
+            keys: UuidKeys::default(),
+            ordered: Remembered::default(),
+            indexed: Remembered::default(),
+            floor_since: None,
+        }
+    }
+}
+
 impl ChainHeads {
+    /// A memory of at most about `bound` wallets.
+    #[cfg(test)]
+    pub(crate) fn bounded(bound: usize) -> Self {
+        ChainHeads {
+            bound,
+            ..ChainHeads::default()
+        }
+    }
+
+    /// Between batches: forgets the least recently used half of each memory near its bound.
+    fn settle(&mut self) {
+        self.heads.settle(self.bound);
+        self.scopes.settle(self.bound);
+        self.ordered.settle(self.bound);
+        self.indexed.settle(self.bound);
+        self.epochs.settle(2 * self.bound);
+    }
+
     /// Forgets everything (after a batch that did not commit).
     pub(crate) fn clear(&mut self) {
         self.heads.clear();
@@ -215,10 +251,7 @@ pub(crate) fn file_batch(
     if result.is_err() {
         heads.clear();
     }
-    heads.heads.settle(CHAIN_HEADS_MAX);
-    heads.scopes.settle(CHAIN_HEADS_MAX);
-    heads.ordered.settle(CHAIN_HEADS_MAX);
-    heads.indexed.settle(CHAIN_HEADS_MAX);
+    heads.settle();
     result
 }
 
@@ -581,6 +614,20 @@ impl Batch<'_> {
                 |settlement: &mut Settlement| settlement.apply_change(change, *at_ms),
                 settlement_writes,
             )?,
+            Event::WalletCreated(created) => {
+                // A wallet has no records before its creation, so its first records need no
+                // read of the store: its counts are zero and its chain starts at the zero hash.
+                // (The store holds exactly what this filer filed up to its LSN: nothing else
+                // writes a wallet's records while it runs, `super::pages::remember`.)
+                let w = created.wallet_id.0;
+                self.counts.insert(
+                    w,
+                    Tally {
+                        next: [Some(0); Paged::ALL.len()],
+                    },
+                );
+                heads.heads.insert(w, Hash::ZERO);
+            }
             Event::UuidKeyChosen { key } => {
                 heads
                     .keys

@@ -415,7 +415,7 @@ impl Engine {
 /// and every record still in memory (payments, payouts, settlements, payment links and QR
 /// payloads included) against its filed version, and the shard's uuid key with the one the
 /// indexer filed (it decides which uuids need no index entry).
-fn compare_shard(shard: &Shard, store: &Arc<HistoryStore>) -> Result<u64, String> {
+pub(super) fn compare_shard(shard: &Shard, store: &Arc<HistoryStore>) -> Result<u64, String> {
     let mut compared = 0u64;
     let filed_key = store
         .uuid_key(shard.shard_index())

@@ -1,23 +1,25 @@
 //! What the indexer remembers of recently filed wallets between batches (their chain heads,
-//! report scopes, and whether their entries need a marker), so that filing reads nothing from
-//! the store for a wallet it saw lately.
+//! report scopes, whether their entries need a marker, the newest epoch of each kind of their
+//! records), so that filing reads or writes nothing extra for a wallet it saw lately.
 //!
-//! It is bounded by wallets, and forgets the least recently used half at a time: two
+//! It is bounded by keys (a wallet, or a wallet and a kind), and forgets the least recently used half at a time: two
 //! generations, the newer read first, an older hit moved into the newer; between batches, once
 //! the newer holds half the bound, the older is dropped and the newer becomes it. Forgetting
 //! everything at once instead (as the first version did) made every wallet miss again right
 //! after: with 100,000 wallets in use and a bound of 65,536, about two thirds of the wallets a
 //! batch touched were read back from the store (BENCHMARKS.md, "Remembered wallets").
 
+use std::hash::Hash;
+
 use rustc_hash::FxHashMap as HashMap;
 
-/// A memory keyed by wallet id (see the module docs).
-pub(crate) struct Remembered<V> {
-    newer: HashMap<u64, V>,
-    older: HashMap<u64, V>,
+/// A memory keyed by wallet id, or by anything else as small (see the module docs).
+pub(crate) struct Remembered<V, K = u64> {
+    newer: HashMap<K, V>,
+    older: HashMap<K, V>,
 }
 
-impl<V> Default for Remembered<V> {
+impl<V, K> Default for Remembered<V, K> {
     fn default() -> Self {
         Self {
             newer: HashMap::default(),
@@ -26,28 +28,28 @@ impl<V> Default for Remembered<V> {
     }
 }
 
-impl<V: Copy> Remembered<V> {
-    /// The value remembered for `wallet`, now the most recently used.
-    pub(crate) fn get(&mut self, wallet: u64) -> Option<V> {
-        if let Some(value) = self.newer.get(&wallet) {
+impl<V: Copy, K: Copy + Eq + Hash> Remembered<V, K> {
+    /// The value remembered for `key`, now the most recently used.
+    pub(crate) fn get(&mut self, key: K) -> Option<V> {
+        if let Some(value) = self.newer.get(&key) {
             return Some(*value);
         }
-        let value = self.older.remove(&wallet)?;
-        self.newer.insert(wallet, value);
+        let value = self.older.remove(&key)?;
+        self.newer.insert(key, value);
         Some(value)
     }
 
-    pub(crate) fn contains(&mut self, wallet: u64) -> bool {
-        self.get(wallet).is_some()
+    pub(crate) fn contains(&mut self, key: K) -> bool {
+        self.get(key).is_some()
     }
 
-    pub(crate) fn insert(&mut self, wallet: u64, value: V) {
-        self.newer.insert(wallet, value);
+    pub(crate) fn insert(&mut self, key: K, value: V) {
+        self.newer.insert(key, value);
     }
 
-    pub(crate) fn remove(&mut self, wallet: u64) {
-        self.newer.remove(&wallet);
-        self.older.remove(&wallet);
+    pub(crate) fn remove(&mut self, key: K) {
+        self.newer.remove(&key);
+        self.older.remove(&key);
     }
 
     pub(crate) fn clear(&mut self) {
@@ -55,7 +57,7 @@ impl<V: Copy> Remembered<V> {
         self.older.clear();
     }
 
-    /// Wallets remembered (at most `bound` plus what one batch added, after [`Self::settle`]).
+    /// Keys remembered (at most `bound` plus what one batch added, after [`Self::settle`]).
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
         self.newer.len() + self.older.len()
