@@ -235,13 +235,6 @@ impl Filer {
         }
         if !self.pending.is_empty() {
             file_batch(&self.store, &self.pending, &mut self.heads)?;
-            let waited = self.store.rotate_full_memtables()?;
-            if waited >= Duration::from_secs(1) {
-                tracing::warn!(
-                    waited_ms = waited.as_millis() as u64,
-                    "the history store's memtables were full: filing, and so the log, waited for its flushes"
-                );
-            }
             self.indexed_lsn = self
                 .pending
                 .last()
@@ -258,6 +251,15 @@ impl Filer {
                 }
             } else {
                 self.pending.clear();
+            }
+            // After the batch is accounted for: an error here stops the indexer with nothing
+            // queued that the store already holds.
+            let waited = self.store.rotate_full_memtables()?;
+            if waited >= Duration::from_secs(1) {
+                tracing::warn!(
+                    waited_ms = waited.as_millis() as u64,
+                    "the history store's memtables were full: filing, and so the log, waited for its flushes"
+                );
             }
         }
         let due = checkpoint || self.last_checkpoint.elapsed() >= self.checkpoint_every;
