@@ -236,7 +236,8 @@ pub(crate) fn file_batch(
         // this batch as filed, or in the page directory ([`super::pages::count_of`]). Every
         // count this batch changed replaces whatever a reader remembered meanwhile (a reader's
         // scan torn by this commit: [`super::pages::count_for_read`]); a kind it did not count
-        // keeps what a reader may have remembered since.
+        // keeps what a reader may have remembered since. A wallet created in this batch has
+        // every kind counted (zero where it filed none): no reader can have seen more.
         let mut shared = counted(open);
         for (wallet, tally) in counts {
             let slots = shared.entry(wallet).or_default();
