@@ -9,6 +9,7 @@ use engine::runtime::Engine;
 use crate::auth::lockout::FailedLogins;
 use crate::auth::password::Hasher;
 use crate::auth::token::TokenKey;
+use crate::auth::verified::VerifiedTokens;
 use crate::auth::{Principal, Subject};
 use crate::fees::FeeSchedule;
 use crate::metrics::Metrics;
@@ -23,7 +24,8 @@ pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(30);
 /// Default time a handler may take before its client is answered 503 `timeout`.
 pub const HANDLER_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// Most verified tokens remembered before the cache is cleared.
+/// Most verified tokens remembered; past half of it the least recently used are forgotten a
+/// generation at a time ([`VerifiedTokens`]).
 pub const VERIFIED_TOKENS_MAX: usize = 100_000;
 
 /// Shared state of the server.
@@ -41,7 +43,7 @@ pub struct App {
     pub known_subjects: DashMap<Subject, Principal>,
     /// Tokens already verified (signature, issuer, audience), with their principal and expiry:
     /// verifying costs a base64 decode, an HMAC and a JSON parse on every request otherwise.
-    pub verified_tokens: DashMap<String, (Principal, i64)>,
+    pub verified_tokens: VerifiedTokens,
     pub started_at: Instant,
     /// False while draining on shutdown: `/health` then answers 503.
     pub ready: std::sync::atomic::AtomicBool,
@@ -79,7 +81,7 @@ impl App {
             router: Router::new()?,
             metrics: Metrics::new(),
             known_subjects: DashMap::new(),
-            verified_tokens: DashMap::new(),
+            verified_tokens: VerifiedTokens::new(VERIFIED_TOKENS_MAX),
             started_at: Instant::now(),
             ready: std::sync::atomic::AtomicBool::new(true),
             fees: FeeSchedule::default(),

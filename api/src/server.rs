@@ -450,11 +450,8 @@ fn bearer(headers: &hyper::HeaderMap) -> Option<&str> {
 /// Verifies a token and confirms its subject exists.
 async fn authenticate(app: &SharedApp, token: &str) -> Result<Principal, ApiError> {
     let now = app.now_secs();
-    if let Some(verified) = app.verified_tokens.get(token) {
-        let (principal, expires_at) = verified.value();
-        if *expires_at > now {
-            return Ok(principal.clone());
-        }
+    if let Some(principal) = app.verified_tokens.get(token, now) {
+        return Ok(principal);
     }
     let claims = app.tokens.verify(token, now).map_err(|error| {
         tracing::debug!(%error, "refused a bearer token");
@@ -471,12 +468,10 @@ async fn authenticate(app: &SharedApp, token: &str) -> Result<Principal, ApiErro
             loaded
         }
     };
-    // Remember the verified token until it expires (bounded: cleared when full).
-    if app.verified_tokens.len() >= crate::app::VERIFIED_TOKENS_MAX {
-        app.verified_tokens.clear();
-    }
+    // Remember the verified token until it expires (bounded: the least recently used are
+    // forgotten a generation at a time).
     app.verified_tokens
-        .insert(token.to_owned(), (principal.clone(), claims.exp));
+        .insert(token, principal.clone(), claims.exp, now);
     Ok(principal)
 }
 

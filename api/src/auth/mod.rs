@@ -15,6 +15,7 @@
 pub mod lockout;
 pub mod password;
 pub mod token;
+pub mod verified;
 
 use engine::identity::directory::Role;
 use engine::ledger::view::WalletView;
