@@ -98,6 +98,12 @@ impl VerifiedTokens {
         generation
     }
 
+    /// Whether `token` is in memory at all, expired or not.
+    #[cfg(test)]
+    fn holds(&self, token: &str) -> bool {
+        self.map.contains_key(token)
+    }
+
     /// Tokens remembered.
     pub fn len(&self) -> usize {
         self.map.len()
@@ -121,8 +127,8 @@ mod tests {
         }
     }
 
-    /// A new generation drops the tokens of none of the last two, keeps a token used since,
-    /// never holds more than the bound, and forgets an expired token.
+    /// A new generation drops the tokens of neither of the last two generations, keeps a token
+    /// used since, and never holds more than the bound.
     #[test]
     fn tokens_are_forgotten_by_generations_and_a_used_one_stays() {
         let tokens = VerifiedTokens::new(8);
@@ -134,23 +140,55 @@ mod tests {
         assert_eq!(tokens.len(), 4);
         assert!(tokens.get("a", now).is_some());
         tokens.insert("e", principal(5), 1_000, now);
-        tokens.insert("f", principal(6), 50_000, now);
+        tokens.insert("f", principal(6), 1_000, now);
         // "g" opens generation 2: b and c (generation 0, unused since) are forgotten.
         tokens.insert("g", principal(7), 1_000, now);
         for gone in ["b", "c"] {
-            assert!(tokens.get(gone, now).is_none(), "{gone} was forgotten");
+            assert!(!tokens.holds(gone), "{gone} was forgotten");
         }
         for kept in ["a", "d", "e", "f", "g"] {
-            assert!(tokens.get(kept, now).is_some(), "{kept} is remembered");
+            assert!(tokens.holds(kept), "{kept} is remembered");
         }
-        assert!(tokens.len() <= 8);
-        // An expired token is not served, and is dropped at the next generation.
-        assert!(tokens.get("f", 60_000).is_none());
-        for n in 0..20u64 {
-            tokens.insert(&format!("t{n}"), principal(n), 1_000_000, 2_000);
+        for n in 0..40u64 {
+            tokens.insert(&format!("t{n}"), principal(n), 1_000, now);
             assert!(tokens.len() <= 8, "bounded after {n}: {}", tokens.len());
         }
-        assert!(tokens.get("a", 2_000).is_none(), "expired and old");
-        assert!(tokens.get("t19", 2_000).is_some());
+    }
+
+    /// A used token whose move into the current generation is the count that opens the next
+    /// one (and so drops its old generation) stays, with its own principal and expiry.
+    #[test]
+    fn a_token_moved_by_the_turn_that_drops_its_generation_stays() {
+        let tokens = VerifiedTokens::new(8);
+        for (n, token) in ["a", "b", "c", "d", "e", "f", "g"].iter().enumerate() {
+            tokens.insert(token, principal(n as u64), 1_000, 100);
+        }
+        // Generation 1 holds d to g; a is generation 0. Using it is count 8: generation 2
+        // opens and keeps generations 1 and 2 only.
+        let principal_a = tokens.get("a", 100).expect("a is remembered");
+        assert_eq!(principal_a.subject, principal(0).subject);
+        assert!(tokens.holds("a"), "a stays");
+        assert!(!tokens.holds("b") && !tokens.holds("c"), "b and c are gone");
+        assert_eq!(
+            tokens.get("a", 999).map(|p| p.subject),
+            Some(principal(0).subject)
+        );
+        assert!(tokens.get("a", 1_000).is_none(), "its expiry came with it");
+    }
+
+    /// An expired token is never served, and the next generation drops it from memory
+    /// whatever its generation.
+    #[test]
+    fn an_expired_token_is_not_served_and_is_dropped() {
+        let tokens = VerifiedTokens::new(8);
+        tokens.insert("old", principal(1), 500, 100);
+        tokens.insert("new", principal(2), 5_000, 100);
+        assert!(tokens.get("old", 499).is_some());
+        assert!(tokens.get("old", 500).is_none(), "expired at 500");
+        assert!(tokens.holds("old"), "still held until a generation opens");
+        tokens.insert("x", principal(3), 5_000, 600);
+        tokens.insert("y", principal(4), 5_000, 600);
+        assert!(!tokens.holds("old"), "dropped when generation 1 opened");
+        assert!(tokens.holds("new"));
     }
 }
