@@ -1,8 +1,9 @@
 //! The report aggregates against the reports a whole-history shard (`Recall::Keep`) computes from
 //! its records: random commerce runs on 1, 2 and 4 shards over several days, their logs
 //! interleaved into one store in random batches; every report over every day, the whole span and
-//! random sub-ranges, per business and currency, must be equal, after reopening the store, and
-//! after an upgrade (a store without aggregates, built from the records).
+//! random sub-ranges, per business and currency, must be equal, after reopening the store,
+//! after an upgrade (a store without aggregates, built from the records), and in a store filed
+//! by an indexer that remembers two wallets (which verify also checks record by record).
 
 use proptest::prelude::*;
 
