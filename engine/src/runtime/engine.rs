@@ -56,14 +56,22 @@ pub(crate) struct Inner {
     pub(crate) snapshot_finished: tokio::sync::Notify,
     /// Wallet scopes already looked up. They never change once a wallet exists (wallets are
     /// never deleted), so a permission check needs no trip to the shard's thread after the first
-    /// one: on the hot paths that trip was a second cross-thread round trip per request.
-    pub(crate) wallet_scopes: dashmap::DashMap<WalletId, WalletScope>,
+    /// one: on the hot paths that trip was a second cross-thread round trip per request. At
+    /// most [`WALLET_SCOPES_MAX`], the least recently used forgotten half of it at a time.
+    pub(crate) wallet_scopes: super::Forgetful<WalletId, WalletScope>,
     /// Cross-shard moves recovery could not finish and left reserved (see
     /// [`crate::runtime::recovery::QuarantinedMove`]).
     pub(crate) quarantined: Mutex<Vec<crate::runtime::recovery::QuarantinedMove>>,
 }
 
-/// Most wallet scopes remembered; past it the cache starts over (a full cache costs ~64 MiB).
+/// A wallet scope never changes: every remembered one is served and kept.
+fn always(_: &WalletScope) -> bool {
+    true
+}
+
+/// Most wallet scopes remembered (a full memory costs ~70 MiB). Past it the least recently
+/// used half is forgotten ([`super::Forgetful`]); the first version started over from empty,
+/// so with more wallets in use than this every one of them missed again at once.
 pub(crate) const WALLET_SCOPES_MAX: usize = 1 << 20;
 
 impl Inner {
@@ -493,8 +501,9 @@ impl Engine {
         &self,
         wallet_id: WalletId,
     ) -> Result<Option<WalletScope>, EngineError> {
-        if let Some(scope) = self.inner.wallet_scopes.get(&wallet_id) {
-            return Ok(Some(*scope));
+        let scopes = &self.inner.wallet_scopes;
+        if let Some(scope) = scopes.get(&wallet_id, always, always) {
+            return Ok(Some(scope));
         }
         let peek = move |s: &Shard| s.wallet(wallet_id).map(WalletScope::of);
         let scope = self
@@ -502,11 +511,7 @@ impl Engine {
             .await?;
         // Only a wallet that exists is remembered: an unknown id may be created later.
         if let Some(scope) = scope {
-            let scopes = &self.inner.wallet_scopes;
-            if scopes.len() >= WALLET_SCOPES_MAX {
-                scopes.clear();
-            }
-            scopes.insert(wallet_id, scope);
+            scopes.insert(wallet_id, scope, always);
         }
         Ok(scope)
     }

@@ -10,6 +10,8 @@
 //!   cross-shard transfers. [`image`]: the snapshot payload. [`archive`]: open from a WAL archive
 //!   and the live log, from LSN 1 (the full recovery drill).
 //! - [`clock`]: where time and randomness come from (logged, never recomputed).
+//! - [`Forgetful`]: the bounded concurrent memory of lookups made on a request's path (wallet
+//!   scopes here, verified tokens in the API), forgetting by generations.
 //!
 //! # Threads
 //! The WAL writer is its own thread. Each shard actor runs on its own Arbiter (a current-thread
@@ -47,6 +49,7 @@ pub mod config;
 mod cross_shard;
 pub(crate) mod engine;
 pub mod fingerprint;
+mod forgetful;
 pub mod history;
 pub mod idempotency;
 pub mod image;
@@ -61,6 +64,7 @@ pub use self::config::{
     RECORD_BYTES_MAX,
 };
 pub use self::engine::{Engine, WalletScope};
+pub use self::forgetful::Forgetful;
 pub use self::recovery::{
     recorded_shard_count, OpenError, QuarantinedMove, RecoveryReport, SHARDS_FILE,
 };

@@ -990,7 +990,7 @@ fn start(
             inline_lookup: std::sync::atomic::AtomicBool::new(false),
             pool_lookup: Arc::new(tokio::sync::Semaphore::new(1)),
             indexer: Mutex::new(Some(indexer)),
-            wallet_scopes: dashmap::DashMap::new(),
+            wallet_scopes: super::Forgetful::new(super::engine::WALLET_SCOPES_MAX),
             quarantined: Mutex::new(Vec::new()),
             commands_logged,
             snapshot_state: Mutex::new(SnapshotState {
