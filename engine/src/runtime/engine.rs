@@ -56,8 +56,8 @@ pub(crate) struct Inner {
     pub(crate) snapshot_finished: tokio::sync::Notify,
     /// Wallet scopes already looked up. They never change once a wallet exists (wallets are
     /// never deleted), so a permission check needs no trip to the shard's thread after the first
-    /// one: on the hot paths that trip was a second cross-thread round trip per request. At
-    /// most [`WALLET_SCOPES_MAX`], the least recently used forgotten half of it at a time.
+    /// one: on the hot paths that trip was a second cross-thread round trip per request. About
+    /// [`WALLET_SCOPES_MAX`] at most; those not used lately are forgotten ([`super::Forgetful`]).
     pub(crate) wallet_scopes: super::Forgetful<WalletId, WalletScope>,
     /// Cross-shard moves recovery could not finish and left reserved (see
     /// [`crate::runtime::recovery::QuarantinedMove`]).
@@ -69,9 +69,10 @@ fn always(_: &WalletScope) -> bool {
     true
 }
 
-/// Most wallet scopes remembered (a full memory costs ~70 MiB). Past it the least recently
-/// used half is forgotten ([`super::Forgetful`]); the first version started over from empty,
-/// so with more wallets in use than this every one of them missed again at once.
+/// Most wallet scopes remembered, about (a full memory costs ~100 MiB with the hash table's
+/// spare room). Past half of it, those not used in the last two generations are forgotten
+/// ([`super::Forgetful`]); the first version started over from empty, so with more wallets in
+/// use than this every one of them missed again at once.
 pub(crate) const WALLET_SCOPES_MAX: usize = 1 << 20;
 
 impl Inner {

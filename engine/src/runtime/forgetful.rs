@@ -6,14 +6,20 @@
 //! at the same moment, and the clear itself ran on the request that crossed it (BENCHMARKS.md,
 //! "A new wallet's first records read nothing" for the tokens).
 //!
-//! [`Forgetful`] is bounded by entries and forgets the least recently used ones half the bound
-//! at a time. Every half of the bound's worth of entries remembered opens a new generation, and
-//! entries of neither the new generation nor the one before are dropped then (one `retain`
-//! over the map, on the call that opened it). An entry used again is moved into the current
-//! generation (once per generation), so an entry in use is never forgotten for being old. The
-//! map holds at most about the bound: the two newest generations, each at most half of it.
-//! [`super::history`]'s indexer has the single-threaded form of the same rule
-//! (`history::remembered`).
+//! [`Forgetful`] is bounded by entries and forgets those not used lately. Every half of the
+//! bound's worth of entries remembered (or moved, below) opens a new generation, and entries of
+//! neither the new generation nor the one before are dropped then: one `retain` over the map,
+//! on the call that opened it, so that call still pays for a pass over up to the bound's
+//! entries (once per half bound of misses, never for hits of the current generation). An entry
+//! used again is moved into the current generation (once per generation), so an entry in use is
+//! never forgotten for being old. The map holds about the bound at most: the two newest
+//! generations, each about half of it (a few more while threads race a turn). A working set
+//! smaller than half the bound stops turning once it is all moved forward.
+//!
+//! There is no `remove`: a `get` moving an entry could bring a removed one back, so adding one
+//! needs a tombstone or a generation check. The predicates run under the map's locks and must
+//! not use the same memory. The indexer's single-threaded memory (`history::remembered`) turns
+//! on the same two generations, counted by keys in its newer half rather than by events.
 
 use std::borrow::Borrow;
 use std::hash::Hash;
@@ -51,7 +57,8 @@ impl<K: Eq + Hash, V: Clone> Forgetful<K, V> {
     /// The value remembered for `key` if `usable` accepts it. A usable value of an older
     /// generation is moved into the current one. `keep` is the rule for every entry's value
     /// should this call open a generation: an entry it refuses is dropped then, whatever its
-    /// generation (an expired token, say); a value `usable` refuses is left for that.
+    /// generation (an expired token, say); a value `usable` refuses is left for that. Both run
+    /// under the map's locks: neither may use this memory.
     pub fn get<Q>(
         &self,
         key: &Q,
@@ -174,7 +181,54 @@ mod tests {
         assert_eq!(memory.get(&0, always, always), Some(100));
         assert!(memory.holds(&0), "0 stays");
         assert!(!memory.holds(&1) && !memory.holds(&2), "1 and 2 are gone");
-        assert_eq!(memory.get(&0, always, always), Some(100));
+        // It was tagged with the generation its move opened (2), not the one it read before
+        // (1): the next generation, 3, still keeps it, and drops 3 to 6 (generation 1).
+        for key in 10..14u64 {
+            memory.insert(key, key, always);
+        }
+        assert!(
+            memory.holds(&0),
+            "0 is in generation 2, kept by generation 3"
+        );
+        for gone in 3..7u64 {
+            assert!(!memory.holds(&gone), "{gone} was in generation 1");
+        }
+    }
+
+    /// Hits of the current generation count nothing: however often an entry is read, the
+    /// entries beside it are forgotten no sooner.
+    #[test]
+    fn reading_a_current_entry_opens_no_generation() {
+        let memory = Forgetful::new(8);
+        for key in 0..3u64 {
+            memory.insert(key, key, always);
+        }
+        for _ in 0..100 {
+            assert_eq!(memory.get(&0, always, always), Some(0));
+        }
+        // Count 4 opens generation 1 and keeps generation 0 as the one before.
+        memory.insert(3, 3, always);
+        for key in 0..4u64 {
+            assert!(memory.holds(&key), "{key} is kept");
+        }
+    }
+
+    /// A turn that a `get` opens applies that call's `keep` to every entry.
+    #[test]
+    fn a_turn_opened_by_a_get_drops_what_its_keep_refuses() {
+        let memory: Forgetful<u64, u64> = Forgetful::new(4);
+        let unexpired_at = |now: u64| move |expires_at: &u64| *expires_at > now;
+        memory.insert(1, 1_000, unexpired_at(0));
+        memory.insert(2, 50, unexpired_at(0)); // count 2: generation 1; both kept
+        memory.insert(3, 1_000, unexpired_at(0));
+        // 1 is in generation 0: reading it is count 4, which opens generation 2 with a keep
+        // at time 100, under which 2 has expired (and 3 is in generation 1, kept).
+        assert_eq!(
+            memory.get(&1, unexpired_at(100), unexpired_at(100)),
+            Some(1_000)
+        );
+        assert!(!memory.holds(&2), "expired, dropped by the get's turn");
+        assert!(memory.holds(&1) && memory.holds(&3));
     }
 
     /// A value `usable` refuses is not served and not moved; the next generation drops every
@@ -201,8 +255,8 @@ mod tests {
         assert!(!memory.is_empty());
     }
 
-    /// Threads remembering and reading at once never see a value another key was given and
-    /// leave the memory within its bound.
+    /// Threads remembering and reading the same keys at once only ever read the value of the
+    /// key they asked, and the memory stays within its bound while they run.
     #[test]
     fn concurrent_use_stays_bounded_and_exact() {
         let memory = std::sync::Arc::new(Forgetful::new(64));
@@ -210,12 +264,20 @@ mod tests {
             .map(|thread| {
                 let memory = memory.clone();
                 std::thread::spawn(move || {
-                    for n in 0..2_000u64 {
-                        let key = thread * 1_000_000 + n % 97;
-                        memory.insert(key, key * 3, always);
-                        if let Some(value) = memory.get(&key, always, always) {
-                            assert_eq!(value, key * 3);
+                    for n in 0..5_000u64 {
+                        // Every thread walks the same 1,000 keys, each from its own offset.
+                        let key = (n * 7 + thread * 250) % 1_000;
+                        if n % 3 == 0 {
+                            memory.insert(key, key * 3, always);
                         }
+                        if let Some(value) = memory.get(&key, always, always) {
+                            assert_eq!(value, key * 3, "the value of {key}");
+                        }
+                        // While others change it, `len` sums its shards one at a time (an
+                        // entry a retain is about to drop and one inserted after can both
+                        // count): only a memory that stopped forgetting would pass twice the
+                        // bound.
+                        assert!(memory.len() <= 2 * 64, "{} entries", memory.len());
                     }
                 })
             })
@@ -223,7 +285,8 @@ mod tests {
         for thread in threads {
             thread.join().expect("a thread of the test");
         }
-        // Each turn drops all but two generations; inserts racing a turn can add a few more.
+        // At rest: two generations of half the bound, plus at most one entry a thread tagged
+        // before the last turn and inserted after its retain.
         assert!(memory.len() <= 64 + 4, "{} entries", memory.len());
     }
 }
