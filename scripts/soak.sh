@@ -4,6 +4,7 @@
 #
 #   scripts/soak.sh [--duration S] [--connections N] [--wallets N] [--mix MIX]
 #                   [--rss-limit-mib MIB] [--out DIR] [--no-build] [--keep-data]
+#                   [--probe-seconds S]
 #
 # walletd runs on a fresh data dir on a real filesystem (fsync always, rate limits off, fee
 # schedule YER:2.5+1) on a free loopback port; walletd-load drives it with transfers, deposits,
@@ -39,6 +40,14 @@
 # in a saw-tooth of up to ~200 MiB every few seconds, so one sample says more about where in
 # a tooth it fell than about growth; the summary prints the single samples too. Everything it
 # starts is stopped on exit, and its data dir removed (--keep-data keeps it).
+#
+# The machine drifts: the same binary has run ~25 % slower an hour later on this VM, which
+# the last-minute ratio cannot tell from decay. So before the load, and again after the
+# restart with walletd stopped and the disk synced, the script measures the bare hyper server of bench-http.sh
+# (`walletd-load baseline-server`, --probe-seconds (10) of transfers at 64 connections) and
+# prints both rates and their ratio beside the verdict (DIR/probe-before.json,
+# DIR/probe-after.json). It is context for the reader, not part of the verdict; --probe-seconds
+# 0 skips it.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$ROOT"
@@ -53,6 +62,7 @@ BUILD=1
 # The data dir is removed on exit unless --keep-data: ten minutes write ~9 GB, and a few runs
 # left behind fill this machine's disk.
 KEEP_DATA=0
+PROBE_SECONDS=10
 while [ $# -gt 0 ]; do
     case "$1" in
         --duration) DURATION="$2"; shift 2 ;;
@@ -63,6 +73,7 @@ while [ $# -gt 0 ]; do
         --out) OUT="$2"; shift 2 ;;
         --no-build) BUILD=0; shift ;;
         --keep-data) KEEP_DATA=1; shift ;;
+        --probe-seconds) PROBE_SECONDS="$2"; shift 2 ;;
         -h|--help) awk 'NR > 1 && !/^#/ {exit} NR > 1' "$0"; exit 0 ;;
         *) echo "soak: unknown argument $1 (see --help)" >&2; exit 2 ;;
     esac
@@ -82,6 +93,7 @@ export WALLETD_ADMIN_PASSWORD
 WALLETD_PID=""
 LOAD_PID=""
 cleanup() {
+    stop_pid "${PROBE_PID:-}" 20
     stop_pid "$LOAD_PID" 20
     stop_pid "$WALLETD_PID" 100
     if [ "$KEEP_DATA" = 1 ]; then
@@ -129,6 +141,32 @@ scrape() {
 }
 
 rss_kib() { awk '/^VmRSS:/ {print $2}' "/proc/$1/status" 2>/dev/null || echo 0; }
+
+# probe NAME: the bare hyper server's transfers/s at 64 connections for PROBE_SECONDS, into
+# $OUT/probe-NAME.json, and into PROBE_RATE ("-" when skipped or failed). Nothing else of the
+# soak's runs meanwhile.
+PROBE_PID=""
+PROBE_RATE="-"
+probe() {
+    local name="$1" out rate url
+    PROBE_RATE="-"
+    if [ "$PROBE_SECONDS" = 0 ]; then return; fi
+    out="$OUT/probe-$name"
+    say "+ $LOAD baseline-server --listen 127.0.0.1:0 --workers 2 & $LOAD --baseline URL --mix transfer=100 --connections 64 --wallets 100 --duration $PROBE_SECONDS --warmup 2 --json > $out.json"
+    "$LOAD" baseline-server --listen 127.0.0.1:0 --workers 2 >"$out.server.out" 2>&1 &
+    PROBE_PID=$!
+    rate="-"
+    if url="$(wait_address "$out.server.out" "$PROBE_PID")" \
+        && "$LOAD" --baseline "$url" --mix transfer=100 --connections 64 --wallets 100 \
+            --duration "$PROBE_SECONDS" --warmup 2 --json >"$out.json" 2>"$out.log"; then
+        rate="$(python3 -c 'import json,sys; print("%.0f" % json.load(open(sys.argv[1]))["total"]["rps"])' "$out.json" 2>/dev/null || echo -)"
+    fi
+    stop_pid "$PROBE_PID" 20
+    PROBE_PID=""
+    PROBE_RATE="$rate"
+}
+probe before
+PROBE_BEFORE="$PROBE_RATE"
 
 start_walletd "$OUT/walletd.log"
 ADDRESS="$(wait_address "$OUT/walletd.log" "$WALLETD_PID")"
@@ -199,13 +237,17 @@ done
 RESTART_S=$(echo "$(date +%s.%N) - $restart_started" | bc)
 stop_pid "$WALLETD_PID" 300
 WALLETD_PID=""
+# The kernel's writeback of what walletd left dirty would compete with the probe.
+sync
+probe after
+PROBE_AFTER="$PROBE_RATE"
 
 python3 "$ROOT/scripts/plot-soak.py" "$OUT/soak.csv" "$OUT/soak.svg" \
     --title "walletd soak: $MIX, $CONNECTIONS connections, $WALLETS wallets, $(date -u +%Y-%m-%d)"
 AUDIT="$(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); a=d.get("audit") or {}; print("OK" if a.get("ok") else "FAILED")' "$OUT/load.json" 2>/dev/null || echo unknown)"
-python3 - "$OUT/soak.csv" "$RESTART_S" "$LOAD_RC" "$STOP_RC" "$AUDIT" "$GUARD" "$elapsed" <<'PY'
+python3 - "$OUT/soak.csv" "$RESTART_S" "$LOAD_RC" "$STOP_RC" "$AUDIT" "$GUARD" "$elapsed" "$PROBE_BEFORE" "$PROBE_AFTER" <<'PY'
 import csv, sys
-path, restart, load_rc, stop_rc, audit, guard, elapsed = sys.argv[1:8]
+path, restart, load_rc, stop_rc, audit, guard, elapsed, probe_before, probe_after = sys.argv[1:10]
 rows = [r for r in csv.DictReader(open(path))]
 if not rows:
     print("soak: FAIL: no samples"); sys.exit(1)
@@ -266,6 +308,10 @@ if reported:
               sum(1 for r in rows if running(r) and int(r["t_s"]) <= 60),
               sum(1 for r in rows if running(r) and int(r["t_s"]) > end - 60),
               "%.0f" % mean(building) if building else "-", "%.0f" % mean(quiet) if quiet else "-"))
+if probe_before != "-" and probe_after != "-":
+    print("soak: the machine: the bare hyper server answered %s transfers/s before the load and %s "
+          "after walletd stopped (x%.2f); a last-minute ratio that moved with it is the machine's" % (
+              probe_before, probe_after, float(probe_after) / float(probe_before)))
 print("soak: %s: %d s (%.0f s wall), %d requests; req/s first minute %.0f, last minute %.0f (x%.2f); "
       "RSS (mean of a minute) at %d s %.0f MiB, at the end %.0f MiB (x%.2f), single samples %.0f and %.0f MiB, "
       "max %.0f MiB; restart %.2f s; audit %s (exit %s); "
