@@ -24,8 +24,8 @@ pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(30);
 /// Default time a handler may take before its client is answered 503 `timeout`.
 pub const HANDLER_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// Most verified tokens remembered; past half of it the least recently used are forgotten a
-/// generation at a time ([`VerifiedTokens`]).
+/// Most verified tokens remembered, about: a generation opens every half of it, and tokens used
+/// in neither of the two newest are forgotten then ([`VerifiedTokens`]).
 pub const VERIFIED_TOKENS_MAX: usize = 100_000;
 
 /// Shared state of the server.

@@ -468,8 +468,8 @@ async fn authenticate(app: &SharedApp, token: &str) -> Result<Principal, ApiErro
             loaded
         }
     };
-    // Remember the verified token until it expires (bounded: the least recently used are
-    // forgotten a generation at a time).
+    // Remember the verified token until it expires (bounded: tokens not used lately are
+    // forgotten by generations).
     app.verified_tokens
         .insert(token, principal.clone(), claims.exp, now);
     Ok(principal)

@@ -121,13 +121,14 @@ impl<K: Eq + Hash, V: Clone> Forgetful<K, V> {
         self.map.contains_key(key)
     }
 
-    /// Entries in memory.
-    pub fn len(&self) -> usize {
+    /// Entries in memory (the tests' view: no caller needs it).
+    #[cfg(test)]
+    fn len(&self) -> usize {
         self.map.len()
     }
 
-    /// Whether nothing is in memory.
-    pub fn is_empty(&self) -> bool {
+    #[cfg(test)]
+    fn is_empty(&self) -> bool {
         self.map.is_empty()
     }
 }
