@@ -12,12 +12,18 @@
 //!    A's ledger one page after another (50 entries a page): alternately the newest page, and a
 //!    page drawn uniformly from all of them (seeded, logged), and the first page of a period a
 //!    tenth of the fill's time long, placed uniformly in it (`from`/`to`: the page and the
-//!    period's count, ~100k entries). Each read is `Engine::ledger_page`,
-//!    which first waits until the history indexer covers everything appended so far (the rule
-//!    every history read follows), so the latency includes the indexer's lag behind the load.
+//!    period's count, ~100k entries). Each read is `Engine::ledger_page`, which first waits
+//!    until the history indexer has filed the newest record that changed A's history (the rule
+//!    every history read follows; A is quiet during the load, so that wait is short), and runs
+//!    on the engine while the load's commands queue on the same shard.
+//! 4. Before each page the reader also times a bare round trip to that shard
+//!    (`Engine::peek_shard`): the wait behind the queued commands that every history read paid
+//!    until reads found their bound without the shard (BENCHMARKS.md, "A statement page
+//!    without the shard's mailbox").
 //!
 //! It prints the transfer rate during the reads beside the rate of the same load without the
-//! reader (measured first, same process), and a latency table per kind of page.
+//! reader (measured first, same process), and a latency table per kind of page, with the round
+//! trips as the last row.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -147,10 +153,20 @@ fn main() {
             let mut newest = Histogram::<u64>::new(3).expect("histogram");
             let mut anywhere = Histogram::<u64>::new(3).expect("histogram");
             let mut dated = Histogram::<u64>::new(3).expect("histogram");
+            let mut peeks = Histogram::<u64>::new(3).expect("histogram");
             let mut dated_total = 0u64;
             let mut rng = Rng::new(READER_SEED);
             let mut n = 0u64;
             while !stop.load(Ordering::Relaxed) {
+                // Before each page, a bare round trip to the wallet's shard (what a page's
+                // wait for its bound starts with), for scale.
+                let started = Instant::now();
+                let found = reader_runtime
+                    .block_on(engine.peek_shard(0, move |s| s.wallet(hot).is_some()))
+                    .expect("the engine answers");
+                assert!(found, "the hot wallet exists");
+                let micros = started.elapsed().as_micros() as u64;
+                peeks.record(micros.max(1)).expect("record a latency");
                 let kind = n % 3;
                 let number = if kind == 1 {
                     1 + rng.below(pages) as u32
@@ -188,7 +204,7 @@ fn main() {
                 n += 1;
             }
             let periods = dated.len().max(1);
-            (newest, anywhere, dated, dated_total / periods)
+            (newest, anywhere, dated, dated_total / periods, peeks)
         })
     };
     let with_reader = closed_loop(
@@ -199,7 +215,8 @@ fn main() {
         transfers(engine.clone(), load.clone()),
     );
     stop.store(true, Ordering::Relaxed);
-    let (newest, anywhere, dated, period_entries) = reader.join().expect("the reader thread");
+    let (newest, anywhere, dated, period_entries, peeks) =
+        reader.join().expect("the reader thread");
     drop(runtime);
     engine.shutdown().expect("shut the engine down");
 
@@ -217,6 +234,7 @@ fn main() {
         ("newest (page 1)", &newest),
         ("uniform over all pages", &anywhere),
         (period_row.as_str(), &dated),
+        ("(a round trip to the shard, before each page)", &peeks),
     ] {
         println!(
             "| {name} | {} | {:.2} ms | {:.2} ms | {:.2} ms |",

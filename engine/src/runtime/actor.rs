@@ -52,7 +52,7 @@
 //! the record is answered `Unavailable`, also those already logged, whose keys replay the
 //! logged answers to a retry.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -62,7 +62,8 @@ use actix::{Actor, AsyncContext, Context as ActorContext, Handler, Message};
 
 use super::clock::Clock;
 use super::config::{EngineError, Renderer};
-use super::history::History;
+use super::engine::WalletScope;
+use super::history::{History, HistoryBounds};
 use super::idempotency::IdempotencyTable;
 use super::journal::{IdempotencyRecord, JournalEntry};
 use crate::identity::directory::{Directory, DirectoryCommand, DirectoryEvent};
@@ -250,12 +251,14 @@ impl<R: Send + 'static> Message for Read<R> {
 /// must cover before it serves that wallet's history (see [`ShardActor::history_bound`]). Not
 /// sealed with a durability ticket: the bound covers the wallet's creation and every change to
 /// its history, and the indexer files only durable records, so waiting for the bound is the
-/// durability wait for what such a read shows; which is why it answers only the [`Holder`]
-/// (facts fixed at creation), never state that changes.
+/// durability wait for what such a read shows; which is why it answers only the wallet's
+/// [`WalletScope`] (facts fixed at creation), never state that changes. Asked only when the
+/// engine does not remember the wallet's scope: otherwise a read finds the bound without the
+/// shard ([`HistoryBounds`]).
 pub struct ReadForHistory(pub WalletId);
 
 impl Message for ReadForHistory {
-    type Result = Result<(Result<Holder, Rejection>, u64), EngineError>;
+    type Result = Result<(Result<WalletScope, Rejection>, u64), EngineError>;
 }
 
 /// [`ReadForHistory`] for every wallet of a merchant on this shard (owner type merchant,
@@ -334,14 +337,15 @@ pub struct ShardActor {
     unfiled: VecDeque<(u64, u64)>,
     /// Per wallet, the LSN of the newest record whose events changed its filed history
     /// ([`Event::history_wallet`]), kept until the indexer has filed it: a wallet changed less
-    /// recently than the indexer's lag has nothing to wait for.
-    history_lsns: HashMap<u64, u64>,
-    /// (LSN, wallet) of every entry put in `history_lsns`, oldest first: what to forget once
-    /// filed, without walking the map.
+    /// recently than the indexer's lag has nothing to wait for. Shared with every shard and
+    /// with readers, who look a bound up without a message to this actor; this actor writes
+    /// its own wallets' bounds ([`HistoryBounds`]). Every history read also waits for the log's
+    /// last LSN when the actors started (what recovery replayed, which the indexer may still
+    /// be filing).
+    bounds: Arc<HistoryBounds>,
+    /// (LSN, wallet) of every bound this actor noted, oldest first: what to forget once filed,
+    /// without walking the map.
     history_queue: VecDeque<(u64, u64)>,
-    /// The log's last LSN when this actor started: what recovery replayed, which the indexer
-    /// may still be filing. Every history read waits for it.
-    started_lsn: u64,
     /// Commands decided but not yet appended (see "Coalesced records").
     gathered: Option<Gathered>,
     /// At most this many commands share a record (1: every command is logged alone).
@@ -396,7 +400,7 @@ fn clock_warning(
 
 impl ShardActor {
     #[allow(clippy::too_many_arguments)]
-    pub fn new(
+    pub(crate) fn new(
         shard: Shard,
         directory: Option<Directory>,
         wal: wal::Wal,
@@ -406,6 +410,7 @@ impl ShardActor {
         hold_tick: Duration,
         failure: Arc<std::sync::OnceLock<String>>,
         history: Option<History>,
+        bounds: Arc<HistoryBounds>,
         coalesce: Coalesce,
     ) -> Self {
         let last_lsn = wal.last_lsn();
@@ -422,9 +427,8 @@ impl ShardActor {
             hold_tick,
             history,
             unfiled: VecDeque::new(),
-            history_lsns: HashMap::new(),
+            bounds,
             history_queue: VecDeque::new(),
-            started_lsn: last_lsn,
             gathered: None,
             coalesce_max: coalesce.commands_max.max(1),
             record_bytes_max: coalesce.record_bytes_max,
@@ -472,13 +476,9 @@ impl ShardActor {
             // Not tracked without an indexer to forget it (no engine runs so; recovery always
             // gives the actors the history): everything this shard logged, which the store
             // holds only once durable.
-            return self.last_lsn.max(self.started_lsn);
+            return self.last_lsn.max(self.bounds.started());
         }
-        self.history_lsns
-            .get(&wallet_id.0)
-            .copied()
-            .unwrap_or(0)
-            .max(self.started_lsn)
+        self.bounds.bound(wallet_id.0)
     }
 
     /// Drops from the shard's memory every record whose latest change the indexer has filed.
@@ -503,14 +503,12 @@ impl ShardActor {
                 break;
             }
             self.history_queue.pop_front();
-            if self.history_lsns.get(&wallet) == Some(&lsn) {
-                self.history_lsns.remove(&wallet);
-            }
+            self.bounds.forget(wallet, lsn);
         }
         // A burst (or a stalled indexer) may have touched every wallet: give that memory back.
-        if self.history_lsns.capacity() > 4 * self.history_lsns.len() + 1024 {
-            self.history_lsns.shrink_to_fit();
+        if self.history_queue.capacity() > 4 * self.history_queue.len() + 1024 {
             self.history_queue.shrink_to_fit();
+            self.bounds.shrink();
         }
     }
 
@@ -833,7 +831,8 @@ impl ShardActor {
                 self.last_lsn = ticket.lsn();
                 if self.history.is_some() {
                     for wallet in entry.events.iter().filter_map(Event::history_wallet) {
-                        if self.history_lsns.insert(wallet.0, ticket.lsn()) != Some(ticket.lsn()) {
+                        // Before the ticket leaves this actor: see `HistoryBounds`.
+                        if self.bounds.note(wallet.0, ticket.lsn()) {
                             self.history_queue.push_back((ticket.lsn(), wallet.0));
                         }
                     }
@@ -939,7 +938,7 @@ impl<R: Send + 'static> Handler<Read<R>> for ShardActor {
 }
 
 impl Handler<ReadForHistory> for ShardActor {
-    type Result = Result<(Result<Holder, Rejection>, u64), EngineError>;
+    type Result = Result<(Result<WalletScope, Rejection>, u64), EngineError>;
 
     fn handle(&mut self, read: ReadForHistory, _: &mut Self::Context) -> Self::Result {
         // The bound is an LSN: the gathered record needs one first.
@@ -947,7 +946,7 @@ impl Handler<ReadForHistory> for ShardActor {
         if let Some(reason) = &self.failed {
             return Err(EngineError::Unavailable(reason.clone()));
         }
-        let holder = self.shard.find_wallet(read.0).map(Holder::from);
+        let holder = self.shard.find_wallet(read.0).map(WalletScope::of);
         Ok((holder, self.history_bound(read.0)))
     }
 }
@@ -968,7 +967,7 @@ impl Handler<ReadMerchantForHistory> for ShardActor {
         let bound = holders
             .iter()
             .map(|holder| self.history_bound(holder.id))
-            .fold(self.started_lsn, u64::max);
+            .fold(self.bounds.started(), u64::max);
         Ok((holders, bound))
     }
 }

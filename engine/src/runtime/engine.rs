@@ -59,6 +59,9 @@ pub(crate) struct Inner {
     /// one: on the hot paths that trip was a second cross-thread round trip per request. About
     /// [`WALLET_SCOPES_MAX`] at most; those not used lately are forgotten ([`super::Forgetful`]).
     pub(crate) wallet_scopes: super::Forgetful<WalletId, WalletScope>,
+    /// Every wallet's history bound, written by its shard, read by history reads without a
+    /// message to the shard ([`Engine::holder_for_history`]).
+    pub(crate) history_bounds: Arc<super::history::HistoryBounds>,
     /// Cross-shard moves recovery could not finish and left reserved (see
     /// [`crate::runtime::recovery::QuarantinedMove`]).
     pub(crate) quarantined: Mutex<Vec<crate::runtime::recovery::QuarantinedMove>>,
@@ -550,14 +553,35 @@ impl Engine {
     /// [`Engine::read_wallet`] the answer does not wait for the shard's latest record to be
     /// durable: waiting for the indexer to reach the bound is that wait, for what a history
     /// read shows.
+    ///
+    /// A wallet whose scope the engine remembers (a permission check of the request has
+    /// looked it up already) is answered without the shard: its facts from that memory, its
+    /// bound from [`super::history::HistoryBounds`]. A message to the shard waits behind every
+    /// command queued there, which was a statement page's whole tail under load.
     pub(crate) async fn holder_for_history(
         &self,
         wallet_id: WalletId,
     ) -> Result<(Result<crate::ledger::view::Holder, crate::Rejection>, u64), EngineError> {
-        self.addr(self.shard_of_wallet(wallet_id))?
+        if let Some(scope) = self.inner.wallet_scopes.get(&wallet_id, always, always) {
+            // As the shard would: a shard that failed answers nothing, and a failed one stops
+            // the engine.
+            if let Some(reason) = self.inner.failure.get() {
+                return Err(EngineError::Unavailable(reason.clone()));
+            }
+            return Ok((
+                Ok(scope.holder()),
+                self.inner.history_bounds.bound(wallet_id.0),
+            ));
+        }
+        let (scope, bound) = self
+            .addr(self.shard_of_wallet(wallet_id))?
             .send(super::actor::ReadForHistory(wallet_id))
             .await
-            .map_err(unavailable)?
+            .map_err(unavailable)??;
+        if let Ok(scope) = &scope {
+            self.inner.wallet_scopes.insert(wallet_id, *scope, always);
+        }
+        Ok((scope.map(|scope| scope.holder()), bound))
     }
 
     /// [`Engine::holder_for_history`] for every wallet of merchant `merchant_id` (on its owner
@@ -876,6 +900,7 @@ pub struct WalletScope {
     pub business_id: u64,
     pub currency: Currency,
     pub wallet_type: WalletType,
+    pub branch_id: u64,
 }
 
 impl WalletScope {
@@ -888,6 +913,20 @@ impl WalletScope {
             business_id: wallet.business_id(),
             currency: wallet.currency(),
             wallet_type: wallet.wallet_type(),
+            branch_id: wallet.branch_id(),
+        }
+    }
+
+    /// The facts a history read shows beside each record.
+    #[must_use]
+    pub(crate) fn holder(&self) -> crate::ledger::view::Holder {
+        crate::ledger::view::Holder {
+            id: self.wallet_id,
+            owner_type: self.owner_type,
+            owner_id: self.owner_id,
+            currency: self.currency,
+            business_id: self.business_id,
+            branch_id: self.branch_id,
         }
     }
 }

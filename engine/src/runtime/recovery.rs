@@ -913,6 +913,10 @@ fn start(
         commands_logged: Arc::clone(&commands_logged),
     };
     let actor_history = history.clone();
+    // Nothing is appended before the actors run: every history read waits for what recovery
+    // replayed, which the indexer may still be filing.
+    let history_bounds = Arc::new(history::HistoryBounds::new(wal.last_lsn()));
+    let actor_bounds = Arc::clone(&history_bounds);
     let actor_store: Arc<dyn crate::shard::cold::ColdHistory> = store.clone();
     let handle = std::thread::Builder::new()
         .name("engine".into())
@@ -941,6 +945,7 @@ fn start(
                     hold_tick,
                     Arc::clone(&actor_failure),
                     Some(actor_history.clone()),
+                    Arc::clone(&actor_bounds),
                     coalesce.clone(),
                 );
                 addrs.push(ShardActor::start_in_arbiter(
@@ -991,6 +996,7 @@ fn start(
             pool_lookup: Arc::new(tokio::sync::Semaphore::new(1)),
             indexer: Mutex::new(Some(indexer)),
             wallet_scopes: super::Forgetful::new(super::engine::WALLET_SCOPES_MAX),
+            history_bounds,
             quarantined: Mutex::new(Vec::new()),
             commands_logged,
             snapshot_state: Mutex::new(SnapshotState {

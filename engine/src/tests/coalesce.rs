@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use rust_decimal::Decimal;
 
+use super::park_shard;
 use super::runtime_hardening::{balance, deposit, wallet, DebugRenderer, START_MS};
 use crate::runtime::actor::{Answer, Claim, Execute};
 use crate::runtime::clock::SeededClock;
@@ -48,28 +49,6 @@ fn open(config: EngineConfig) -> Engine {
     Engine::open(config, clock, Arc::new(DebugRenderer))
         .unwrap()
         .0
-}
-
-/// Parks shard 0's actor inside a read until the returned sender is used or dropped.
-async fn park_shard(engine: &Engine) -> (std::sync::mpsc::Sender<()>, tokio::task::JoinHandle<()>) {
-    let (entered_tx, entered_rx) = std::sync::mpsc::channel();
-    let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
-    let parked = tokio::spawn({
-        let engine = engine.clone();
-        async move {
-            engine
-                .read_shard(0, move |_| {
-                    entered_tx.send(()).unwrap();
-                    let _ = release_rx.recv();
-                })
-                .await
-                .unwrap();
-        }
-    });
-    tokio::task::spawn_blocking(move || entered_rx.recv().unwrap())
-        .await
-        .unwrap();
-    (release_tx, parked)
 }
 
 fn key(name: &str) -> IdempotencyKey {
@@ -136,7 +115,7 @@ async fn deposits_found_queued(
     count: usize,
     keys: Option<&[IdempotencyKey]>,
 ) -> Vec<crate::runtime::actor::Executed> {
-    let (release, parked) = park_shard(engine).await;
+    let (release, parked) = park_shard(engine, 0).await;
     let answers: Vec<_> = (0..count)
         .map(|n| {
             let key = keys.map(|keys| &keys[n]);
@@ -311,7 +290,7 @@ async fn a_refusal_decided_behind_a_gathered_command_waits_for_its_record() {
     let wallet_id = wallet(&engine).await;
     engine.execute(deposit(wallet_id, None)).await.unwrap();
 
-    let (release, parked) = park_shard(&engine).await;
+    let (release, parked) = park_shard(&engine, 0).await;
     let withdraw = || {
         Command::Withdraw(MoneyMove {
             wallet_id,
@@ -359,7 +338,7 @@ async fn reads_queued_behind_a_gathered_command_flush_it_after_coalesce_max_mess
     let engine = open(config.clone());
     let wallet_id = wallet(&engine).await;
     let before = engine.inner.wal.last_lsn();
-    let (release, parked) = park_shard(&engine).await;
+    let (release, parked) = park_shard(&engine, 0).await;
     let first = queue(&engine, described_deposit(wallet_id, 0), None);
     let reads: Vec<_> = (0..10)
         .map(|_| {

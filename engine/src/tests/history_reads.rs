@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use rust_decimal::Decimal;
 
-use super::deposit;
 use super::runtime_hardening::{customer_wallet, DebugRenderer, START_MS};
+use super::{deposit, park_shard};
 use crate::runtime::clock::SeededClock;
 use crate::runtime::{Engine, EngineConfig};
 use crate::shard::command::Page;
@@ -56,9 +56,16 @@ async fn a_history_read_waits_for_its_own_wallets_records_only() {
         engine.execute(deposit(wallet, "1.00")).await.unwrap();
     }
     engine.evict_filed().await.unwrap();
+    // The first read of a wallet asks its shard (and remembers the wallet's scope); the second
+    // finds the bound without the shard (`HistoryBounds`): both must agree.
     let bound = |wallet: WalletId| {
         let engine = engine.clone();
-        async move { engine.holder_for_history(wallet).await.unwrap().1 }
+        async move {
+            let asked = engine.holder_for_history(wallet).await.unwrap();
+            let remembered = engine.holder_for_history(wallet).await.unwrap();
+            assert_eq!(asked, remembered, "wallet {wallet:?}");
+            asked.1
+        }
     };
 
     let held = engine.history().hold_filing();
@@ -99,6 +106,49 @@ async fn a_history_read_waits_for_its_own_wallets_records_only() {
         .unwrap();
     assert_eq!(page.total, 2);
     assert_eq!(page.records[0].amount, Decimal::new(250, 2));
+    engine.shutdown().unwrap();
+}
+
+/// A wallet whose scope the engine remembers (a request's permission check looked it up) is
+/// given its history bound without a message to its shard: with the shard's actor parked, so
+/// that any message to it would wait, the bound of an acknowledged deposit is answered, and the
+/// statement shows the deposit once it is filed. Before, every history read asked the shard,
+/// behind every command queued there: under a transfer load that round trip was a statement
+/// page's whole p99.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_remembered_wallets_history_read_sends_nothing_to_its_shard() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = open(dir.path(), Arc::new(SeededClock::new(24, START_MS)));
+    let wallet = customer_wallet(&engine, 1).await;
+    engine.execute(deposit(wallet, "1.00")).await.unwrap();
+    assert!(engine.wallet_scope(wallet).await.unwrap().is_some());
+
+    let held = engine.history().hold_filing();
+    engine.execute(deposit(wallet, "2.50")).await.unwrap();
+    let deposit_lsn = engine.wal_last_lsn();
+    assert!(engine.history().progress().indexed_lsn < deposit_lsn);
+    let (release, parked) = park_shard(&engine, engine.shard_of_wallet(wallet)).await;
+    let within = std::time::Duration::from_secs(60);
+    let (holder, bound) = tokio::time::timeout(within, engine.holder_for_history(wallet))
+        .await
+        .expect("a remembered wallet's bound is answered while its shard is parked")
+        .unwrap();
+    assert_eq!(holder.unwrap().id, wallet);
+    assert_eq!(bound, deposit_lsn, "bound to the acknowledged deposit");
+
+    drop(held);
+    let page = tokio::time::timeout(
+        within,
+        engine.ledger_page(wallet, Page::default(), None, None),
+    )
+    .await
+    .expect("a remembered wallet's statement is served while its shard is parked")
+    .unwrap()
+    .unwrap();
+    assert_eq!(page.total, 2);
+    assert_eq!(page.records[0].amount, Decimal::new(250, 2));
+    release.send(()).unwrap();
+    parked.await.unwrap();
     engine.shutdown().unwrap();
 }
 

@@ -196,3 +196,29 @@ pub(crate) fn transfer(
         details: Details::default(),
     }
 }
+
+/// Parks shard `shard`'s actor inside a read until the returned sender is used or dropped: no
+/// message to that shard is handled meanwhile.
+pub(crate) async fn park_shard(
+    engine: &crate::runtime::Engine,
+    shard: u32,
+) -> (std::sync::mpsc::Sender<()>, tokio::task::JoinHandle<()>) {
+    let (entered_tx, entered_rx) = std::sync::mpsc::channel();
+    let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
+    let parked = tokio::spawn({
+        let engine = engine.clone();
+        async move {
+            engine
+                .read_shard(shard, move |_| {
+                    entered_tx.send(()).unwrap();
+                    let _ = release_rx.recv();
+                })
+                .await
+                .unwrap();
+        }
+    });
+    tokio::task::spawn_blocking(move || entered_rx.recv().unwrap())
+        .await
+        .unwrap();
+    (release_tx, parked)
+}

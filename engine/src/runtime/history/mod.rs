@@ -19,6 +19,7 @@
 //! what the log still holds is refused, never served.
 
 pub mod answers;
+mod bounds;
 mod dated;
 mod epochs;
 pub(crate) mod filing;
@@ -40,6 +41,7 @@ use std::sync::Arc;
 use tokio::sync::watch;
 
 pub use self::answers::StoredAnswer;
+pub(crate) use self::bounds::HistoryBounds;
 pub use self::indexer::Progress;
 pub use self::report_days::Recount;
 pub use self::store::{
