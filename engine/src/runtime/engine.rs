@@ -499,8 +499,14 @@ impl Engine {
     }
 
     /// The facts of a wallet that never change (owner, business, currency, type), for permission
-    /// checks, without waiting for durability (see [`actor::Peek`]). `None` if there is no such
-    /// wallet.
+    /// checks, without waiting for durability. `None` if there is no such wallet.
+    ///
+    /// Remembered once looked up, and the memory is also what a history read shows of the
+    /// wallet ([`Engine::holder_for_history`]); so the shard is asked with
+    /// [`super::actor::ReadForHistory`], which first logs what the shard has decided but not
+    /// logged (its gathered record), never with a peek: a peek could see a wallet whose
+    /// creation was still gathered, with no LSN for a history read to wait for, and a
+    /// statement could then show a wallet whose creation was not yet durable.
     pub async fn wallet_scope(
         &self,
         wallet_id: WalletId,
@@ -509,11 +515,13 @@ impl Engine {
         if let Some(scope) = scopes.get(&wallet_id, always, always) {
             return Ok(Some(scope));
         }
-        let peek = move |s: &Shard| s.wallet(wallet_id).map(WalletScope::of);
-        let scope = self
-            .peek_shard(self.shard_of_wallet(wallet_id), peek)
-            .await?;
+        let (scope, _) = self
+            .addr(self.shard_of_wallet(wallet_id))?
+            .send(super::actor::ReadForHistory(wallet_id))
+            .await
+            .map_err(unavailable)??;
         // Only a wallet that exists is remembered: an unknown id may be created later.
+        let scope = scope.ok();
         if let Some(scope) = scope {
             scopes.insert(wallet_id, scope, always);
         }
@@ -563,10 +571,10 @@ impl Engine {
         wallet_id: WalletId,
     ) -> Result<(Result<crate::ledger::view::Holder, crate::Rejection>, u64), EngineError> {
         if let Some(scope) = self.inner.wallet_scopes.get(&wallet_id, always, always) {
-            // As the shard would: a shard that failed answers nothing, and a failed one stops
-            // the engine.
-            if let Some(reason) = self.inner.failure.get() {
-                return Err(EngineError::Unavailable(reason.clone()));
+            // A failed shard answers nothing; with any part of the engine failed the process
+            // stops (fail-stop), so none is served here either.
+            if let Some(reason) = self.failure() {
+                return Err(EngineError::Unavailable(reason));
             }
             return Ok((
                 Ok(scope.holder()),

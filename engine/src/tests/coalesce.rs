@@ -405,3 +405,77 @@ async fn snapshots_are_paced_by_commands_not_records() {
     assert!(due(&engine), "twenty commands since the engine opened");
     let _ = engine.shutdown();
 }
+
+/// Polls `future` once: enough for an engine call to put its message in a shard's mailbox
+/// (`Addr::send` enqueues before it returns), whatever the shard is doing.
+async fn enqueue<F: std::future::Future + Unpin>(future: &mut F) {
+    std::future::poll_fn(|cx| {
+        let _ = std::pin::Pin::new(&mut *future).poll(cx);
+        std::task::Poll::Ready(())
+    })
+    .await;
+}
+
+/// A wallet's scope is remembered (and shown by its history reads, which trust the memory:
+/// `HistoryBounds`) only once the record that created the wallet is logged. Here the creation
+/// is gathered, a permission check of the new wallet is queued behind it, and the shard is
+/// parked again behind that (by a peek, which logs nothing): the check's answer must come with
+/// the creation appended, so a history read of the wallet waits for that record. A first
+/// version looked the scope up with a peek at the gathered state: the creation had no LSN yet,
+/// and a statement of the wallet would have been served before it was durable.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scope_is_remembered_only_once_the_wallets_creation_is_logged() {
+    let dir = tempfile::tempdir().unwrap();
+    let fs = wal::fs::FaultyFs::new();
+    let mut config = config(dir.path(), 32);
+    config.file_system = WalFileSystem(Arc::new(fs.clone()));
+    let engine = open(config);
+    let first = wallet(&engine).await;
+    // The shard's next wallet id (one shard: ids 1, 2, 3, ...).
+    let next = WalletId(first.0 + u64::from(engine.shard_count()));
+    let before = engine.wal_last_lsn();
+
+    let (release, parked) = park_shard(&engine, 0).await;
+    fs.hold_segment_syncs(true);
+    let _release_syncs = ReleaseOnDrop(fs.clone());
+    let create = Command::CreateWallet(crate::shard::command::CreateWallet {
+        owner_type: crate::ledger::wallet::OwnerType::Customer,
+        owner_id: 2,
+        currency: crate::Currency::from_code("YER").unwrap(),
+        wallet_type: crate::ledger::wallet::WalletType::Primary,
+        business_id: 1,
+        branch_id: 0,
+        meta: None,
+    });
+    let created = tokio::spawn(queue(&engine, create, None));
+    let mut scope = Box::pin(engine.wallet_scope(next));
+    enqueue(&mut scope).await;
+    let (hold_tx, hold_rx) = std::sync::mpsc::channel::<()>();
+    let mut second_park = Box::pin(engine.peek_shard(0, move |_| {
+        let _ = hold_rx.recv();
+    }));
+    enqueue(&mut second_park).await;
+    release.send(()).unwrap();
+    parked.await.unwrap();
+
+    let scope = scope.await.unwrap().expect("the new wallet exists");
+    assert_eq!(scope.wallet_id, next);
+    // The shard is parked again, behind the check; nothing after it has run.
+    let creation = engine.wal_last_lsn();
+    assert!(
+        creation > before,
+        "the scope was answered before the creation was logged"
+    );
+    let (holder, bound) = engine.holder_for_history(next).await.unwrap();
+    assert_eq!(holder.unwrap().id, next);
+    assert_eq!(bound, creation, "a history read waits for the creation");
+
+    hold_tx.send(()).unwrap();
+    second_park.await.unwrap();
+    fs.hold_segment_syncs(false);
+    let Outcome::Wallet(wallet) = created.await.unwrap().unwrap().result.unwrap() else {
+        panic!("not a wallet")
+    };
+    assert_eq!(wallet.id, next);
+    let _ = engine.shutdown();
+}

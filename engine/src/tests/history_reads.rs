@@ -119,21 +119,56 @@ async fn a_history_read_waits_for_its_own_wallets_records_only() {
 async fn a_remembered_wallets_history_read_sends_nothing_to_its_shard() {
     let dir = tempfile::tempdir().unwrap();
     let engine = open(dir.path(), Arc::new(SeededClock::new(24, START_MS)));
-    let wallet = customer_wallet(&engine, 1).await;
+    // In a branch, so that every fact a page shows of its wallet is told apart from a default.
+    let created = engine
+        .execute(crate::Command::CreateWallet(
+            crate::shard::command::CreateWallet {
+                owner_type: crate::ledger::wallet::OwnerType::Customer,
+                owner_id: 5,
+                currency: crate::Currency::from_code("YER").unwrap(),
+                wallet_type: crate::ledger::wallet::WalletType::Primary,
+                business_id: 3,
+                branch_id: 7,
+                meta: None,
+            },
+        ))
+        .await
+        .unwrap();
+    let crate::Outcome::Wallet(created) = created else {
+        panic!("not a wallet: {created:?}")
+    };
+    let wallet = created.id;
     engine.execute(deposit(wallet, "1.00")).await.unwrap();
     assert!(engine.wallet_scope(wallet).await.unwrap().is_some());
+    let facts = engine
+        .peek_shard(engine.shard_of_wallet(wallet), move |s| {
+            s.wallet(wallet).map(crate::ledger::view::Holder::from)
+        })
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((facts.business_id, facts.branch_id), (3, 7));
 
     let held = engine.history().hold_filing();
     engine.execute(deposit(wallet, "2.50")).await.unwrap();
     let deposit_lsn = engine.wal_last_lsn();
     assert!(engine.history().progress().indexed_lsn < deposit_lsn);
-    let (release, parked) = park_shard(&engine, engine.shard_of_wallet(wallet)).await;
+    // The shard forgets only bounds the indexer has filed.
+    let shard = engine.shard_of_wallet(wallet);
+    let addr = engine.addr(shard).unwrap();
+    addr.send(crate::runtime::actor::EvictFiled).await.unwrap();
+    assert_eq!(engine.inner.history_bounds.bound(wallet.0), deposit_lsn);
+    let (release, parked) = park_shard(&engine, shard).await;
     let within = std::time::Duration::from_secs(60);
     let (holder, bound) = tokio::time::timeout(within, engine.holder_for_history(wallet))
         .await
         .expect("a remembered wallet's bound is answered while its shard is parked")
         .unwrap();
-    assert_eq!(holder.unwrap().id, wallet);
+    assert_eq!(
+        holder.unwrap(),
+        facts,
+        "the wallet's facts, as its shard has them"
+    );
     assert_eq!(bound, deposit_lsn, "bound to the acknowledged deposit");
 
     drop(held);
@@ -149,6 +184,9 @@ async fn a_remembered_wallets_history_read_sends_nothing_to_its_shard() {
     assert_eq!(page.records[0].amount, Decimal::new(250, 2));
     release.send(()).unwrap();
     parked.await.unwrap();
+    // Once filed, every bound is forgotten: the map holds wallets with unfiled changes only.
+    engine.evict_filed().await.unwrap();
+    assert_eq!(engine.inner.history_bounds.len(), 0);
     engine.shutdown().unwrap();
 }
 

@@ -21,7 +21,10 @@
 //! the log answers the LSN and before the handler returns or a gathered record's ticket is
 //! resolved), so the note happens before the answer and before any read the caller makes
 //! after it: the map's locks carry that order to the reader's thread. A command decided but
-//! not logged yet (gathered) has no answer, so no caller can wait for it. A bound forgotten is
+//! not logged yet (gathered) has no answer, so no caller can wait for it; and the wallet
+//! facts such a read shows come from the engine's memory of wallet scopes, which the shard
+//! fills only after logging what it had gathered (`Engine::wallet_scope`), so a wallet is
+//! never shown before the record that created it has an LSN to wait for. A bound forgotten is
 //! one the indexer has filed, so 0 then asks for nothing the store lacks; and every bound is
 //! at least [`HistoryBounds::started`], the log's end when the shards started (what recovery
 //! replayed, which the indexer may still be filing).
