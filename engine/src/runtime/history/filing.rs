@@ -23,7 +23,9 @@ use super::epochs::{
     id_epoch, record_key, time_index_key, wallet_records, EpochsSeen, ENTRY_TIMES,
 };
 use super::moves::MoveOverlay;
-use super::pages::{counted, directory_count, directory_key, starts_block, KindCounts, Paged};
+use super::pages::{
+    counted, directory_count, directory_key, fine_key, starts_block, starts_fine, KindCounts, Paged,
+};
 use super::remembered::Remembered;
 use super::report_days::{ReportBatch, Scope};
 use super::store::{
@@ -372,6 +374,12 @@ impl Batch<'_> {
             self.writes.insert(
                 &self.open.pages,
                 directory_key(wallet, kind, ordinal),
+                id.to_be_bytes().to_vec(),
+            );
+        } else if kind == Paged::Entry && starts_fine(ordinal) {
+            self.writes.insert(
+                &self.open.pages,
+                fine_key(wallet, ordinal),
                 id.to_be_bytes().to_vec(),
             );
         }

@@ -65,6 +65,34 @@ pub(crate) fn starts_block(ordinal: u64) -> bool {
     ordinal.is_multiple_of(BLOCK)
 }
 
+/// Entries per key of the fine directory: inside each block, the id of every `FINE`-th
+/// entry, so that the search for a time ([`super::dated`]) scans at most this many entries
+/// where it scanned up to a block. One more store item per 64 entries:
+///
+/// ```text
+/// pages   wallet | 4 | ordinal / FINE   -> id (u64)   entries only; none where a block starts
+/// ```
+///
+/// Entries filed by a build before it (2026-11-29) have none, and a search that misses a fine
+/// key scans the block as before; a key present is always right, since an entry's ordinal is
+/// its wallet's count before it and never changes. Older builds never read these keys.
+pub(crate) const FINE: u64 = 64;
+
+/// The `pages` kind of the fine keys (the blocks' kinds are 0 to 2, [`Paged`]; 3 is the floor
+/// marker of [`super::dated`]).
+const FINE_KIND: u64 = 4;
+
+/// The fine directory key of entry `ordinal`'s sub-block.
+pub(crate) fn fine_key(wallet: u64, ordinal: u64) -> [u8; 24] {
+    key3(wallet, FINE_KIND, ordinal / FINE)
+}
+
+/// Whether an entry with this ordinal gets a fine key: it starts a sub-block but not a block,
+/// whose key holds its id already.
+pub(crate) fn starts_fine(ordinal: u64) -> bool {
+    ordinal.is_multiple_of(FINE) && !starts_block(ordinal)
+}
+
 /// How many directory keys `wallet` has for `kind` (a complete directory has one per started
 /// block: `count.div_ceil(BLOCK)`).
 pub(crate) fn directory_keys(open: &Open, wallet: u64, kind: Paged) -> Result<u64, StoreError> {
