@@ -156,16 +156,15 @@ fn first_at_or_after(
     // Blocks that start after `first` and before `count`.
     let blocks = (first / BLOCK + 1, (count - 1) / BLOCK);
     let block_key = |block: u64| directory_key(wallet, Paged::Entry, block * BLOCK);
-    let Some(from) = last_before(
+    let block_search = last_before(
         open,
         wallet,
-        blocks,
-        BLOCK,
-        block_key,
+        (blocks, BLOCK, block_key),
         at_ms,
         (first, first_id),
-    )?
-    else {
+        Missing::GiveUp,
+    )?;
+    let Some(from) = block_search else {
         // A damaged directory: scan from the start, slow but right.
         return scan(open, wallet, (first, first_id), count, at_ms);
     };
@@ -173,21 +172,31 @@ fn first_at_or_after(
     let end = ((from.0 / BLOCK + 1) * BLOCK).min(count);
     let subs = (from.0 / FINE + 1, (end - 1) / FINE);
     let sub_key = |sub: u64| fine_key(wallet, sub * FINE);
-    let from = last_before(open, wallet, subs, FINE, sub_key, at_ms, from)?.unwrap_or(from);
+    let keys = (subs, FINE, sub_key);
+    let from = last_before(open, wallet, keys, at_ms, from, Missing::LookEarlier)?.unwrap_or(from);
     scan(open, wallet, from, count, at_ms)
+}
+
+/// What [`last_before`] does on a missing key.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Missing {
+    /// Answers `None`: a block key is missing only from a damaged directory.
+    GiveUp,
+    /// Searches the keys before it: a fine key is missing for entries filed before the fine
+    /// directory, and any right key before the answer is a right place to scan from.
+    LookEarlier,
 }
 
 /// Of the directory keys `low..=high` (`key(n)` holds the id of the entry at ordinal `n *
 /// step`), the last whose entry was created before `at_ms`, by binary search, as (ordinal,
-/// id): `before` if none is. `None` if a key it probed is missing.
+/// id): `before` if none is. `None` if a key it probed is missing and `missing` gives up.
 fn last_before(
     open: &Open,
     wallet: u64,
-    (low, high): (u64, u64),
-    step: u64,
-    key: impl Fn(u64) -> [u8; 24],
+    ((low, high), step, key): ((u64, u64), u64, impl Fn(u64) -> [u8; 24]),
     at_ms: i64,
     before: (u64, u64),
+    missing: Missing,
 ) -> Result<Option<(u64, u64)>, StoreError> {
     let mut found = before;
     // The first key whose entry is at `at_ms` or later is in `a..=z` (`high + 1`: none); the
@@ -196,7 +205,11 @@ fn last_before(
     while a < z {
         let mid = a + (z - a) / 2;
         let Some(bytes) = open.pages.get(key(mid))? else {
-            return Ok(None);
+            if missing == Missing::GiveUp {
+                return Ok(None);
+            }
+            z = mid;
+            continue;
         };
         let id = numbers::<1>("page directory", &bytes)?[0];
         if created_at(open, wallet, id)? < at_ms {
@@ -392,8 +405,11 @@ mod tests {
     }
 
     /// Three directory blocks and some: 2,600 entries of `a`, a few of `b` among them, filed
-    /// in three batches.
-    fn three_blocks() -> (
+    /// in three batches, each ending with `holds` holds placed on `a` (records counted apart
+    /// from its entries).
+    fn three_blocks(
+        holds: usize,
+    ) -> (
         tempfile::TempDir,
         Arc<HistoryStore>,
         Harness,
@@ -410,6 +426,17 @@ mod tests {
         for (lsn, n) in [(1u64, 900usize), (2, 1_000), (3, 700)] {
             deposits(&mut h, a, n);
             h.deposit(b, "2.00");
+            for _ in 0..holds {
+                h.ok(crate::Command::PlaceHold(
+                    crate::shard::command::PlaceHold {
+                        wallet_id: a,
+                        amount: crate::tests::dec("0.01"),
+                        currency: crate::tests::cur("YER"),
+                        reason: None,
+                        expiry_minutes: None,
+                    },
+                ));
+            }
             let records = [Filed::events(lsn, h.log[filed..].to_vec())];
             filed = h.log.len();
             file_batch(&store, &records, &mut heads).unwrap();
@@ -419,7 +446,7 @@ mod tests {
 
     #[test]
     fn a_period_of_entries_at_the_floor_is_found_without_a_date_index() {
-        let (_dir, store, h, a, b) = three_blocks();
+        let (_dir, store, h, a, b) = three_blocks(0);
         assert_eq!(
             indexed_keys(&store),
             0,
@@ -433,11 +460,12 @@ mod tests {
     /// with it a period's ends are found by scanning at most a sub-block each (a period's
     /// first page used to scan up to a block, 1,024 entries, for each end: the p50 of 1.75 ms
     /// in `statement_page`). Without some of its keys (entries filed before them) a block is
-    /// scanned whole and every period still reads right.
+    /// scanned whole and every period still reads right. The wallet's holds, numbered apart
+    /// from its entries, file no fine keys.
     #[test]
     fn a_periods_ends_are_found_through_the_fine_directory_or_by_a_scan_without_it() {
         use crate::runtime::history::pages::{fine_key, starts_fine, FINE};
-        let (_dir, store, h, a, _) = three_blocks();
+        let (_dir, store, h, a, _) = three_blocks(50);
         let all = entries_of(&h, a);
         let fine: Vec<(u64, u64)> = (0..all.len() as u64)
             .filter(|&ordinal| starts_fine(ordinal))
@@ -470,6 +498,18 @@ mod tests {
             worst
         };
         assert!(worst(&store) <= 2 * (FINE + 1), "scanned {}", worst(&store));
+
+        // A reader's count may be below what is filed meanwhile: the period ends at it.
+        let (first, count) = (all[0].id.0, 1_500u64);
+        let found = store
+            .with(|open| super::period(open, a.0, (0, first), count, (time(1_400), time(2_000))))
+            .unwrap();
+        let lo = all
+            .iter()
+            .position(|e| e.created_at_ms >= time(1_400))
+            .unwrap() as u64;
+        assert_eq!((found.lo, found.hi), (lo, count));
+        assert_eq!(found.lo_id, Some(all[lo as usize].id.0));
 
         // Entries filed before the fine keys: a whole block of them, and one key of another.
         store

@@ -21,7 +21,9 @@
 //! tx_uuids      uuid                            -> wallet | transaction id
 //! hold_uuids    uuid                            -> wallet | hold id
 //! answers_from_<start ms>  digest            -> (name, StoredAnswer)  idempotency answers, one keyspace a generation ([`super::answers`])
-//! pages         wallet | kind | block           -> id            the page directory ([`super::pages`])
+//! pages         wallet | kind | block           -> id            the page directory ([`super::pages`]), kinds 0-2
+//! pages         wallet | 3 | 0                  -> ordinal, id   a wallet's first entry at the floor ([`super::dated`])
+//! pages         wallet | 4 | ordinal / 64       -> id            the entries' fine directory ([`super::pages::FINE`])
 //! report_days, report_subjects                  report aggregates ([`super::report_days`])
 //! moves         kind | uuid                     -> MoveRecord    finished cross-shard moves ([`super::moves`])
 //! payments      uuid                            -> Payment
