@@ -251,6 +251,39 @@ async fn verify_reports_a_page_directory_that_lost_a_block() {
     engine.shutdown().unwrap();
 }
 
+/// `verify_history` checks what the directory keys name, not only that the blocks are there:
+/// a page or a period's search trusts them. A fine key naming another entry than the 64th is
+/// reported; the right one put back passes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn verify_reports_a_fine_directory_key_that_names_another_entry() {
+    use crate::runtime::history::pages::fine_key;
+    let dir = tempfile::tempdir().unwrap();
+    let engine = open(dir.path(), Arc::new(SeededClock::new(30, START_MS)));
+    let wallet = customer_wallet(&engine, 1).await;
+    for _ in 0..70 {
+        engine.execute(deposit(wallet, "1.00")).await.unwrap();
+    }
+    assert!(engine.verify_history().await.unwrap().is_ok());
+    let key = fine_key(wallet.0, 64);
+    let store = engine.history().store();
+    let right = store.with(|open| Ok(open.pages.get(key)?)).unwrap();
+    let right = right.expect("the 64th entry's fine key");
+    let wrong = u64::from_be_bytes(right.as_ref().try_into().unwrap()) + 1;
+    store
+        .with(|open| Ok(open.pages.insert(key, wrong.to_be_bytes())?))
+        .unwrap();
+    let reported = engine.verify_history().await.unwrap().unwrap_err();
+    assert!(
+        reported.contains("fine directory key for entry 64"),
+        "{reported}"
+    );
+    store
+        .with(|open| Ok(open.pages.insert(key, right)?))
+        .unwrap();
+    assert!(engine.verify_history().await.unwrap().is_ok());
+    engine.shutdown().unwrap();
+}
+
 /// A batch that files a wallet's transactions and entries counts those on top of the
 /// directory and keeps the count of holds a reader derived and remembered before it, so the
 /// next hold page does not scan again. (A reader that remembers a count while the batch runs,

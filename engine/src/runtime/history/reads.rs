@@ -13,6 +13,7 @@ use crate::shard::commerce::query::{PayoutFilter, SettlementFilter};
 use crate::shard::moves::Leg;
 use crate::values::currency::Currency;
 
+use super::pages::{starts_block, starts_fine};
 use super::{unavailable, History, HistoryStore, StoreError, StorePage};
 use crate::ledger::transaction::{entry_hash, ChainChecker, Hash};
 use crate::ledger::view::{EntryView, HoldView, Holder, TransactionView};
@@ -468,6 +469,7 @@ pub(super) fn compare_shard(shard: &Shard, store: &Arc<HistoryStore>) -> Result<
         let mut broken = None;
         let mut ordinal = 0u64;
         let mut latest = i64::MIN;
+        let mut starts = Vec::new();
         let currency = wallet.currency;
         store
             .for_each_entry(id, &mut |(stored_prev, stored)| {
@@ -485,6 +487,9 @@ pub(super) fn compare_shard(shard: &Shard, store: &Arc<HistoryStore>) -> Result<
                 if ordinal >= ordered_from {
                     latest = latest.max(stored.created_at_ms);
                 }
+                if starts_block(ordinal) || starts_fine(ordinal) {
+                    starts.push((ordinal, stored.id.0));
+                }
                 ordinal += 1;
                 prev = stored.hash;
                 balance = Some(stored.balance_after);
@@ -492,6 +497,13 @@ pub(super) fn compare_shard(shard: &Shard, store: &Arc<HistoryStore>) -> Result<
             .map_err(|e| failed(&e.to_string()))?;
         if let Some((entry, why)) = broken {
             return Err(failed(&format!("entry {} {why} in the store", entry.0)));
+        }
+        // The directory keys a page or a period is found through name the right entries.
+        if let Some(wrong) = store
+            .entry_directory_disagreement(id, &starts)
+            .map_err(|e| failed(&e.to_string()))?
+        {
+            return Err(failed(&wrong));
         }
         if prev != wallet.chain_head() {
             return Err(failed(

@@ -63,7 +63,8 @@ use serde::Serialize;
 use super::dated;
 use super::epochs::{entry_of_time_key, record_key, wallet_entry_times, wallet_records};
 use super::pages::{
-    count_for_read, count_of, directory_keys, newest_first_raw, newest_merged_raw, Paged, BLOCK,
+    count_for_read, count_of, directory_key, directory_keys, fine_key, newest_first_raw,
+    newest_merged_raw, starts_block, Paged, BLOCK,
 };
 use super::writes::Writes;
 use crate::commerce::payment::{Payment, PaymentLink, QrCode};
@@ -829,6 +830,38 @@ impl HistoryStore {
                 }
             }
             Ok(gaps)
+        })
+    }
+
+    /// What is wrong with `wallet_id`'s directory keys for entries, if anything: `starts` is
+    /// the (ordinal, id) of each of its entries that starts a block or a sub-block of the fine
+    /// directory, and each such key present must name that entry. A block key missing is
+    /// [`Self::directory_gaps`]'s to report; a fine key may be missing (entries filed before
+    /// the fine directory). Reads trust both kinds of key, so `replay --verify` checks them.
+    pub fn entry_directory_disagreement(
+        &self,
+        wallet_id: WalletId,
+        starts: &[(u64, u64)],
+    ) -> Result<Option<String>, StoreError> {
+        self.with(|open| {
+            for &(ordinal, id) in starts {
+                let (key, name) = if starts_block(ordinal) {
+                    (directory_key(wallet_id.0, Paged::Entry, ordinal), "page")
+                } else {
+                    (fine_key(wallet_id.0, ordinal), "fine")
+                };
+                let Some(bytes) = open.pages.get(key)? else {
+                    continue;
+                };
+                let named = numbers::<1>("page directory", &bytes)?[0];
+                if named != id {
+                    return Ok(Some(format!(
+                        "its {name} directory key for entry {ordinal} names entry {named}, \
+                         not {id}"
+                    )));
+                }
+            }
+            Ok(None)
         })
     }
 
