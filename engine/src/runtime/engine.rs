@@ -498,8 +498,8 @@ impl Engine {
         self.read_shard(self.shard_of_wallet(wallet_id), read).await
     }
 
-    /// The facts of a wallet that never change (owner, business, currency, type), for permission
-    /// checks, without waiting for durability. `None` if there is no such wallet.
+    /// The facts of a wallet that never change (owner, business, branch, currency, type), for
+    /// permission checks, without waiting for durability. `None` if there is no such wallet.
     ///
     /// Remembered once looked up, and the memory is also what a history read shows of the
     /// wallet ([`Engine::holder_for_history`]); so the shard is asked with

@@ -6,11 +6,11 @@
 //! in id order, and the entries of a period are one run of the wallet's ordinals. Its ends are
 //! found by a binary search over the page directory's blocks, then over the fine directory's
 //! sub-blocks within one (one entry read a step), and a scan of at most one sub-block
-//! ([`FINE`] entries; a whole [`BLOCK`] where the fine keys are missing, as for entries filed
-//! before them): O(log n + FINE) reads however long the period, and the period's count is the
-//! run's length, not a scan of it. The date index
-//! cost the indexer two store items of the six a transfer files, and a keyspace to flush and
-//! compact (BENCHMARKS.md, "Entries in time order").
+//! ([`FINE`] entries; up to a whole [`BLOCK`] where fine keys are missing, as for entries
+//! filed before them): O(log n + FINE) reads however long the period, and the period's count
+//! is the run's length, not a scan of it. The date index cost the indexer two store items of
+//! the six a transfer files, and a keyspace to flush and compact (BENCHMARKS.md, "Entries in
+//! time order").
 //!
 //! Entries logged before format 7 may be out of time order by a few milliseconds (commands
 //! were stamped on the HTTP threads and decided in arrival order) or by more (a clock stepped
@@ -144,8 +144,9 @@ pub(crate) fn visit_period(
 /// The first ordinal in `start.0..count` whose entry was created at `at_ms` or later, with its
 /// id (`count` and `None` if none): the last directory block that starts before `at_ms`, by
 /// binary search, then within it the last sub-block of the fine directory
-/// ([`super::pages::FINE`] entries) likewise, then a scan of that. A block without its fine
-/// keys (entries filed before them) is scanned whole, as before.
+/// ([`super::pages::FINE`] entries) likewise, then a scan of that. Where fine keys are
+/// missing (entries filed before them) the scan starts at the last key found before `at_ms`:
+/// at worst the block's start, as before.
 fn first_at_or_after(
     open: &Open,
     wallet: u64,
