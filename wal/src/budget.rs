@@ -94,11 +94,19 @@ impl Budget {
 
     /// The receiver is gone: wakes every sender waiting for room, and refuses every later one.
     pub(crate) fn close(&self) {
-        // Under the lock, so a sender between its check and its wait cannot miss the wake-up.
+        self.shut();
+        self.freed.notify_all();
+    }
+
+    /// Refuses every later sender, and every waiting one once it wakes, without waking it:
+    /// a receiver that still gives room back ([`Self::release`], which wakes the waiting) can
+    /// then refuse the waiting only once that room is counted back, and [`Self::close`] after
+    /// it wakes any left.
+    pub(crate) fn shut(&self) {
+        // Under the lock, so a sender between its check and its wait cannot miss the flag.
         let held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
         self.closed.store(true, Ordering::Release);
         drop(held);
-        self.freed.notify_all();
     }
 
     /// Bytes sent and not yet received.

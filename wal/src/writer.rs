@@ -107,13 +107,17 @@ impl Queue {
 
 impl Drop for Queue {
     fn drop(&mut self) {
-        self.budget.close();
+        // Shut before any room is given back, so that room lets no waiting appender in; but
+        // woken only after, so that an appender refused here finds `Wal::queued_bytes` at 0
+        // (a close first let the refused one read the room not yet given back).
+        self.budget.shut();
         // Records the writer never took are dropped with the channel: their room goes too, so
         // `Wal::queued_bytes` reads 0 once the writer is gone.
         while let Ok(pending) = self.rx.try_recv() {
             self.taken(pending);
         }
         self.give_back();
+        self.budget.close();
     }
 }
 
