@@ -13,7 +13,8 @@ use std::time::Duration;
 use rust_decimal::Decimal;
 
 use super::park_shard;
-use super::runtime_hardening::{balance, deposit, wallet, DebugRenderer, START_MS};
+use super::runtime_hardening::{balance, create_wallet, deposit, wallet, DebugRenderer, START_MS};
+use crate::ledger::wallet::OwnerType;
 use crate::runtime::actor::{Answer, Claim, Execute};
 use crate::runtime::clock::SeededClock;
 use crate::runtime::engine::{ClaimGuard, Claimed};
@@ -42,6 +43,15 @@ fn config(dir: &std::path::Path, coalesce_max: usize) -> EngineConfig {
     config.snapshot_every_records = 0;
     config.coalesce_max = coalesce_max;
     config
+}
+
+/// An engine gathering up to 32 commands a record, whose log syncs through a [`wal::fs::FaultyFs`]
+/// the test can hold.
+fn open_faulty(dir: &std::path::Path) -> (Engine, wal::fs::FaultyFs) {
+    let fs = wal::fs::FaultyFs::new();
+    let mut config = config(dir, 32);
+    config.file_system = WalFileSystem(Arc::new(fs.clone()));
+    (open(config), fs)
 }
 
 fn open(config: EngineConfig) -> Engine {
@@ -283,10 +293,7 @@ async fn a_gathered_record_larger_than_the_log_takes_is_logged_command_by_comman
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refusal_decided_behind_a_gathered_command_waits_for_its_record() {
     let dir = tempfile::tempdir().unwrap();
-    let fs = wal::fs::FaultyFs::new();
-    let mut config = config(dir.path(), 32);
-    config.file_system = WalFileSystem(Arc::new(fs.clone()));
-    let engine = open(config);
+    let (engine, fs) = open_faulty(dir.path());
     let wallet_id = wallet(&engine).await;
     engine.execute(deposit(wallet_id, None)).await.unwrap();
 
@@ -426,10 +433,7 @@ async fn enqueue<F: std::future::Future + Unpin>(future: &mut F) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_scope_is_remembered_only_once_the_wallets_creation_is_logged() {
     let dir = tempfile::tempdir().unwrap();
-    let fs = wal::fs::FaultyFs::new();
-    let mut config = config(dir.path(), 32);
-    config.file_system = WalFileSystem(Arc::new(fs.clone()));
-    let engine = open(config);
+    let (engine, fs) = open_faulty(dir.path());
     let first = wallet(&engine).await;
     // The shard's next wallet id (one shard: ids 1, 2, 3, ...).
     let next = WalletId(first.0 + u64::from(engine.shard_count()));
@@ -438,15 +442,7 @@ async fn a_scope_is_remembered_only_once_the_wallets_creation_is_logged() {
     let (release, parked) = park_shard(&engine, 0).await;
     fs.hold_segment_syncs(true);
     let _release_syncs = ReleaseOnDrop(fs.clone());
-    let create = Command::CreateWallet(crate::shard::command::CreateWallet {
-        owner_type: crate::ledger::wallet::OwnerType::Customer,
-        owner_id: 2,
-        currency: crate::Currency::from_code("YER").unwrap(),
-        wallet_type: crate::ledger::wallet::WalletType::Primary,
-        business_id: 1,
-        branch_id: 0,
-        meta: None,
-    });
+    let create = create_wallet(OwnerType::Customer, 2, (1, 0));
     let created = tokio::spawn(queue(&engine, create, None));
     let mut scope = Box::pin(engine.wallet_scope(next));
     enqueue(&mut scope).await;

@@ -7,7 +7,9 @@ use std::sync::Arc;
 
 use rust_decimal::Decimal;
 
-use super::runtime_hardening::{customer_wallet, DebugRenderer, START_MS};
+use super::runtime_hardening::{
+    create_wallet, created_wallet, customer_wallet, DebugRenderer, START_MS,
+};
 use super::{deposit, park_shard};
 use crate::runtime::clock::SeededClock;
 use crate::runtime::{Engine, EngineConfig};
@@ -31,6 +33,23 @@ async fn deposit_and_file(engine: &Engine, wallet: WalletId, amount: &str) {
         .caught_up(engine.wal_last_lsn())
         .await
         .unwrap();
+}
+
+/// The first page of `wallet`'s statement, failing with `why` if it takes a minute (a read
+/// that waits for what it must not never finishes while filing is held or a shard parked).
+async fn statement_within_a_minute(
+    engine: &Engine,
+    wallet: WalletId,
+    why: &str,
+) -> crate::shard::command::Paged<crate::ledger::view::EntryView> {
+    tokio::time::timeout(
+        std::time::Duration::from_secs(60),
+        engine.ledger_page(wallet, Page::default(), None, None),
+    )
+    .await
+    .expect(why)
+    .unwrap()
+    .unwrap()
 }
 
 /// A history read of a wallet waits for the newest record that created the wallet or changed
@@ -88,14 +107,12 @@ async fn a_history_read_waits_for_its_own_wallets_records_only() {
     assert_eq!(bound(fresh).await, created_lsn);
     // Served while the deposit is unfiled; before, the read waited for the durable LSN and this
     // never finished while filing was held (the timeout turns that into a failure).
-    let page = tokio::time::timeout(
-        std::time::Duration::from_secs(60),
-        engine.ledger_page(quiet, Page::default(), None, None),
+    let page = statement_within_a_minute(
+        &engine,
+        quiet,
+        "a quiet wallet's statement waits for no other wallet's records",
     )
-    .await
-    .expect("a quiet wallet's statement waits for no other wallet's records")
-    .unwrap()
-    .unwrap();
+    .await;
     assert_eq!(page.total, 1);
 
     drop(held);
@@ -120,24 +137,8 @@ async fn a_remembered_wallets_history_read_sends_nothing_to_its_shard() {
     let dir = tempfile::tempdir().unwrap();
     let engine = open(dir.path(), Arc::new(SeededClock::new(24, START_MS)));
     // In a branch, so that every fact a page shows of its wallet is told apart from a default.
-    let created = engine
-        .execute(crate::Command::CreateWallet(
-            crate::shard::command::CreateWallet {
-                owner_type: crate::ledger::wallet::OwnerType::Customer,
-                owner_id: 5,
-                currency: crate::Currency::from_code("YER").unwrap(),
-                wallet_type: crate::ledger::wallet::WalletType::Primary,
-                business_id: 3,
-                branch_id: 7,
-                meta: None,
-            },
-        ))
-        .await
-        .unwrap();
-    let crate::Outcome::Wallet(created) = created else {
-        panic!("not a wallet: {created:?}")
-    };
-    let wallet = created.id;
+    let create = create_wallet(crate::ledger::wallet::OwnerType::Customer, 5, (3, 7));
+    let wallet = created_wallet(&engine, create).await;
     engine.execute(deposit(wallet, "1.00")).await.unwrap();
     assert!(engine.wallet_scope(wallet).await.unwrap().is_some());
     let facts = engine
@@ -172,14 +173,12 @@ async fn a_remembered_wallets_history_read_sends_nothing_to_its_shard() {
     assert_eq!(bound, deposit_lsn, "bound to the acknowledged deposit");
 
     drop(held);
-    let page = tokio::time::timeout(
-        within,
-        engine.ledger_page(wallet, Page::default(), None, None),
+    let page = statement_within_a_minute(
+        &engine,
+        wallet,
+        "a remembered wallet's statement is served while its shard is parked",
     )
-    .await
-    .expect("a remembered wallet's statement is served while its shard is parked")
-    .unwrap()
-    .unwrap();
+    .await;
     assert_eq!(page.total, 2);
     assert_eq!(page.records[0].amount, Decimal::new(250, 2));
     release.send(()).unwrap();

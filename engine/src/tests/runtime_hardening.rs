@@ -111,18 +111,34 @@ pub(super) async fn owned_wallet(
     owner_id: u64,
     business_id: u64,
 ) -> WalletId {
-    let created = engine
-        .execute(Command::CreateWallet(CreateWallet {
-            owner_type,
-            owner_id,
-            currency: Currency::from_code("YER").unwrap(),
-            wallet_type: WalletType::Primary,
-            business_id,
-            branch_id: 0,
-            meta: None,
-        }))
-        .await
-        .unwrap();
+    created_wallet(
+        engine,
+        create_wallet(owner_type, owner_id, (business_id, 0)),
+    )
+    .await
+}
+
+/// The command that creates a primary YER wallet of `owner_type` `owner_id` in `(business,
+/// branch)`.
+pub(super) fn create_wallet(
+    owner_type: OwnerType,
+    owner_id: u64,
+    (business_id, branch_id): (u64, u64),
+) -> Command {
+    Command::CreateWallet(CreateWallet {
+        owner_type,
+        owner_id,
+        currency: Currency::from_code("YER").unwrap(),
+        wallet_type: WalletType::Primary,
+        business_id,
+        branch_id,
+        meta: None,
+    })
+}
+
+/// Runs `create` (a [`create_wallet`] command) and answers the new wallet's id.
+pub(super) async fn created_wallet(engine: &Engine, create: Command) -> WalletId {
+    let created = engine.execute(create).await.unwrap();
     let Outcome::Wallet(wallet) = created else {
         panic!("not a wallet: {created:?}")
     };
